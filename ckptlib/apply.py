@@ -1,0 +1,287 @@
+"""Patch a model in place so its own forward runs a checkpointing plan.
+
+A region of N consecutive blocks becomes one checkpoint: the region's first block runs the whole
+region inside `torch.utils.checkpoint` and returns the last block's output; the other blocks of
+the region pass their input through. The model's forward loop stays unchanged, so any
+`x = block(x, ...)` loop (or another convention declared in the BlockSpec) runs the plan.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .config import CheckpointConfig
+from .offload import Offloader
+from .plan import Plan, plan
+from .pool import HostPool
+
+
+class UnsupportedModeError(ValueError):
+    """The model does not expose what the requested mode needs."""
+
+
+@dataclass(frozen=True)
+class CallConvention:
+    """How a block list hands its running state from one block to the next.
+
+    next_inputs(output, args, kwargs) -> (args, kwargs) of the next block's call.
+    passthrough(args, kwargs) -> what a block returns when it only hands its inputs on.
+    """
+
+    next_inputs: Callable[[Any, tuple, dict], tuple[tuple, dict]]
+    passthrough: Callable[[tuple, dict], Any]
+
+
+# x = block(x, *other_args, **kwargs)
+FIRST_ARG = CallConvention(
+    next_inputs=lambda out, args, kwargs: ((out, *args[1:]), kwargs),
+    passthrough=lambda args, kwargs: args[0],
+)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """Where a model's block lists are and which submodules of a block are attention and feed-forward.
+
+    block_lists: dotted paths of nn.ModuleLists on the model.
+    attention / feed_forward: submodule paths inside a block (absent ones are skipped per block).
+    conventions: per block list; FIRST_ARG by default. None: the list cannot be grouped (interval > 1
+    is unsupported there).
+    """
+
+    block_lists: Sequence[str]
+    attention: Sequence[str] = ()
+    feed_forward: Sequence[str] = ()
+    conventions: Mapping[str, CallConvention | None] = field(default_factory=dict)
+    name: str = "model"
+
+    def convention(self, block_list: str) -> CallConvention | None:
+        return self.conventions.get(block_list, FIRST_ARG)
+
+
+@dataclass
+class Report:
+    """What the last step actually did (a step starts when the model's forward is called)."""
+
+    backend: str
+    plans: dict[str, str]
+    regions_run: int = 0
+    blocks_recomputed: int = 0
+    ffn_regions_run: int = 0
+    ffn_recomputed: int = 0
+    attention_regions_offloaded: int = 0
+    attention_offload_skipped: int = 0  # attention inside a recomputed region keeps nothing to offload
+    offload: dict[str, int] = field(default_factory=dict)
+    pool: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _recomputing() -> bool:
+    # Non-reentrant checkpoint recomputes inside the backward graph task.
+    return torch._C._current_graph_task_id() != -1
+
+
+class CheckpointHandle:
+    def __init__(self, model: nn.Module, config: CheckpointConfig, plans: dict[str, Plan], offloader: Offloader | None):
+        self.model = model
+        self.config = config
+        self.plans = plans
+        self._offloader = offloader
+        self._patched: list[tuple[nn.Module, Any]] = []
+        self._hooks: list[Any] = []
+        self._pending_passthrough: set[int] = set()
+        self.attention_offload_skipped = 0
+        self._counters = self._fresh_report()
+
+    @property
+    def report(self) -> Report:
+        report = Report(**{k: v for k, v in vars(self._counters).items()})
+        if self._offloader is not None:
+            report.offload = asdict(self._offloader.counters)
+            report.pool = self._offloader.pool.stats.as_dict()
+        return report
+
+    def start_step(self) -> None:
+        self._counters = self._fresh_report()
+        if self._offloader is not None:
+            self._offloader.keep = {t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers())}
+            self._offloader.reset_step()
+            self._offloader.pool.stats.reset_step()
+
+    def remove(self) -> None:
+        """Restore every patched forward; the model is as it was before apply."""
+        for module, previous in reversed(self._patched):
+            if previous is None:
+                del module.forward
+            else:
+                module.forward = previous
+        self._patched.clear()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        if self._offloader is not None:
+            self._offloader.pool.clear()
+
+    def _fresh_report(self) -> Report:
+        return Report(
+            backend=self.config.backend,
+            plans={name: str(p) for name, p in self.plans.items()},
+            attention_offload_skipped=self.attention_offload_skipped,
+        )
+
+    def _patch(self, module: nn.Module, forward: Callable) -> None:
+        self._patched.append((module, module.__dict__.get("forward")))
+        module.forward = forward
+
+    def _offload_context(self):
+        return self._offloader.hooks() if self._offloader is not None else contextlib.nullcontext()
+
+    def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict):
+        with self._offload_context() if offload else contextlib.nullcontext():
+            return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+
+    def region_forward(self, blocks: list[nn.Module], originals: list[Callable], convention: CallConvention) -> Callable:
+        def run_blocks(*args, **kwargs):
+            recomputing = _recomputing()
+            for i, forward in enumerate(originals):
+                if recomputing:
+                    self._counters.blocks_recomputed += 1
+                out = forward(*args, **kwargs)
+                if i + 1 < len(originals):
+                    args, kwargs = convention.next_inputs(out, args, kwargs)
+            return out
+
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():  # nothing to save: every block runs as itself
+                return originals[0](*args, **kwargs)
+            self._counters.regions_run += 1
+            self._pending_passthrough.update(id(b) for b in blocks[1:])
+            return self._checkpointed(run_blocks, self.config.offloads_regions, args, kwargs)
+
+        return forward
+
+    def passthrough_forward(self, block: nn.Module, convention: CallConvention, original: Callable) -> Callable:
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            if id(block) not in self._pending_passthrough:
+                raise RuntimeError(
+                    "a block inside a checkpointed region was called without its region's first block; "
+                    "grouped regions need the model to call its blocks in order"
+                )
+            self._pending_passthrough.discard(id(block))
+            return convention.passthrough(args, kwargs)
+
+        return forward
+
+    def ffn_forward(self, original: Callable) -> Callable:
+        def run_ffn(*args, **kwargs):
+            if _recomputing():
+                self._counters.ffn_recomputed += 1
+            return original(*args, **kwargs)
+
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            self._counters.ffn_regions_run += 1
+            return self._checkpointed(run_ffn, self.config.offloads_regions, args, kwargs)
+
+        return forward
+
+    def attention_forward(self, original: Callable) -> Callable:
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            self._counters.attention_regions_offloaded += 1
+            with self._offloader.hooks():
+                return original(*args, **kwargs)
+
+        return forward
+
+
+def apply(model: nn.Module, config: CheckpointConfig, spec: BlockSpec) -> CheckpointHandle:
+    """Patch `model` to run `config`'s plan on every block list of `spec`; returns the handle to undo it."""
+    block_lists = {path: _block_list(model, path, spec) for path in spec.block_lists}
+    _check_supported(config, spec, block_lists)
+    plans = {path: plan(len(blocks), config) for path, blocks in block_lists.items()}
+    offloader = None
+    if config.uses_offload:
+        pool = HostPool(config.pin_memory_max_buckets, pin=torch.cuda.is_available())
+        offloader = Offloader(pool, config.min_offload_bytes)
+    handle = CheckpointHandle(model, config, plans, offloader)
+    try:
+        for path, blocks in block_lists.items():
+            _apply_plan(handle, config, spec, path, blocks, plans[path])
+        handle._hooks.append(model.register_forward_pre_hook(lambda *_: handle.start_step()))
+    except BaseException:
+        handle.remove()
+        raise
+    handle.start_step()  # the report carries what was decided at apply time
+    return handle
+
+
+def _block_list(model: nn.Module, path: str, spec: BlockSpec) -> nn.ModuleList:
+    try:
+        blocks = model.get_submodule(path)
+    except AttributeError as error:
+        raise UnsupportedModeError(f"{spec.name}: no block list {path!r} ({error})") from None
+    if not isinstance(blocks, (nn.ModuleList, nn.Sequential)):
+        raise UnsupportedModeError(f"{spec.name}: {path!r} is a {type(blocks).__name__}, not a list of blocks")
+    return blocks
+
+
+def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dict[str, nn.ModuleList]) -> None:
+    if config.ffn_only and not spec.feed_forward:
+        raise UnsupportedModeError(f"{spec.name}: backend {config.backend} needs a feed-forward boundary, and the model declares none")
+    if config.offload_attention and not spec.attention:
+        raise UnsupportedModeError(f"{spec.name}: offload_attention needs attention submodules, and the model declares none")
+    if (config.interval or 1) > 1 and not config.ffn_only:
+        ungroupable = [p for p in block_lists if spec.convention(p) is None]
+        if ungroupable:
+            raise UnsupportedModeError(
+                f"{spec.name}: interval {config.interval} needs grouped regions, and block list(s) {', '.join(ungroupable)} cannot be grouped"
+            )
+
+
+def _submodules(block: nn.Module, names: Sequence[str]) -> list[nn.Module]:
+    found = []
+    for name in names:
+        try:
+            found.append(block.get_submodule(name))
+        except AttributeError:
+            continue
+    return found
+
+
+def _apply_plan(handle: CheckpointHandle, config: CheckpointConfig, spec: BlockSpec, path: str,
+                blocks: nn.ModuleList, block_plan: Plan) -> None:
+    whole_block = config.checkpoints and not config.ffn_only
+    if whole_block:
+        convention = spec.convention(path) or FIRST_ARG  # None only reaches here for single-block regions
+        for region in block_plan.regions:
+            members = [blocks[i] for i in region]
+            originals = [m.forward for m in members]
+            handle._patch(members[0], handle.region_forward(members, originals, convention))
+            for member, original in zip(members[1:], originals[1:]):
+                handle._patch(member, handle.passthrough_forward(member, convention, original))
+    if config.ffn_only:
+        for i in block_plan.checkpointed_blocks:
+            for ffn in _submodules(blocks[i], spec.feed_forward):
+                handle._patch(ffn, handle.ffn_forward(ffn.forward))
+    if config.offload_attention:
+        recomputed = set(block_plan.checkpointed_blocks) if whole_block else set()
+        for i, block in enumerate(blocks):
+            attention = _submodules(block, spec.attention)
+            if i in recomputed:
+                handle.attention_offload_skipped += len(attention)
+                continue
+            for module in attention:
+                handle._patch(module, handle.attention_forward(module.forward))

@@ -1,0 +1,131 @@
+"""Saved-tensor hooks that park large activations in host memory until backward needs them.
+
+On CUDA the device-to-host copy runs on a dedicated stream, ordered after the producing kernels
+by an event; the compute stream never blocks on it in forward. The device tensor is dropped only
+once the compute stream has waited on the copy's event (at the next pack, or before a reload), so
+the caching allocator cannot hand its memory to a kernel that runs before the copy finished.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+from .memory import untracked
+from .pool import HostBuffer, HostPool
+
+
+@dataclass
+class OffloadCounters:
+    tensors_offloaded: int = 0
+    bytes_offloaded: int = 0
+    tensors_reloaded: int = 0
+    bytes_reloaded: int = 0
+    tensors_kept: int = 0  # small tensors, parameters and buffers stay where they are
+    tensors_deduplicated: int = 0  # the same view saved twice is offloaded once
+
+
+class _Parked:
+    """One offloaded tensor: its host copy and the layout to rebuild it with."""
+
+    __slots__ = ("buffer", "template", "device", "copied", "device_ref", "users", "reloaded", "nbytes")
+
+    def __init__(self, buffer: HostBuffer, source: torch.Tensor):
+        self.buffer = buffer
+        self.template = torch.empty_like(source, device="meta")  # shape, strides, dtype
+        self.device = source.device
+        self.copied = None  # CUDA event recorded after the device-to-host copy
+        self.device_ref = source  # keeps the device memory until the copy is known to be done
+        self.users = 1
+        self.reloaded: torch.Tensor | None = None
+        self.nbytes = source.numel() * source.element_size()
+
+    def host_view(self) -> torch.Tensor:
+        return self.buffer.tensor.as_strided(self.template.shape, self.template.stride())
+
+
+class Offloader:
+    def __init__(self, pool: HostPool, min_bytes: int, keep: set[int] | None = None):
+        self.pool = pool
+        self.min_bytes = min_bytes
+        self.keep = keep if keep is not None else set()  # data_ptrs of parameters and buffers
+        self.counters = OffloadCounters()
+        self._pending: list[_Parked] = []
+        self._seen: dict[tuple, tuple[weakref.ref, _Parked]] = {}
+        self._copy_stream = None
+
+    def hooks(self) -> saved_tensors_hooks:
+        return saved_tensors_hooks(self.pack, self.unpack)
+
+    def reset_step(self) -> None:
+        self.counters = OffloadCounters()
+        self._seen.clear()
+
+    def pack(self, tensor: torch.Tensor):
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes < self.min_bytes or isinstance(tensor, torch.nn.Parameter) or tensor.data_ptr() in self.keep:
+            self.counters.tensors_kept += 1
+            return tensor
+        key = (tensor.data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor._version)
+        hit = self._seen.get(key)
+        if hit is not None and hit[0]() is not None and hit[1].users > 0 and hit[1].reloaded is None:
+            hit[1].users += 1
+            self.counters.tensors_deduplicated += 1
+            return hit[1]
+        self._retire_pending()
+        parked = _Parked(self.pool.acquire(tensor.numel(), tensor.dtype), tensor)
+        self._copy_out(parked, tensor)
+        self._seen[key] = (weakref.ref(tensor.untyped_storage()), parked)
+        self.counters.tensors_offloaded += 1
+        self.counters.bytes_offloaded += nbytes
+        return parked
+
+    def unpack(self, parked):
+        if isinstance(parked, torch.Tensor):
+            return parked
+        if parked.users <= 0:
+            raise RuntimeError("an offloaded activation was reloaded twice; backward through the graph twice "
+                               "(retain_graph) is not supported with activation offload")
+        if parked.reloaded is None:
+            self._retire_pending()
+            parked.reloaded = self._copy_in(parked)
+            self.counters.tensors_reloaded += 1
+            self.counters.bytes_reloaded += parked.nbytes
+        parked.users -= 1
+        out = parked.reloaded
+        if parked.users == 0:
+            parked.reloaded = None
+        return out
+
+    def _copy_out(self, parked: _Parked, tensor: torch.Tensor) -> None:
+        with untracked():
+            if tensor.device.type != "cuda":
+                parked.host_view().copy_(tensor)
+                parked.device_ref = None
+                return
+            if self._copy_stream is None:
+                self._copy_stream = torch.cuda.Stream(device=tensor.device)
+            produced = torch.cuda.current_stream(tensor.device).record_event()
+            self._copy_stream.wait_event(produced)
+            if parked.buffer.ready is not None:  # a reload may still be reading this host buffer
+                self._copy_stream.wait_event(parked.buffer.ready)
+            with torch.cuda.stream(self._copy_stream):
+                parked.host_view().copy_(tensor, non_blocking=True)
+                parked.copied = self._copy_stream.record_event()
+            self._pending.append(parked)
+
+    def _retire_pending(self) -> None:
+        for parked in self._pending:
+            torch.cuda.current_stream(parked.device).wait_event(parked.copied)
+            parked.device_ref = None
+        self._pending.clear()
+
+    def _copy_in(self, parked: _Parked) -> torch.Tensor:
+        out = torch.empty_like(parked.template, device=parked.device)
+        with untracked():
+            out.copy_(parked.host_view(), non_blocking=parked.device.type == "cuda")
+        ready = torch.cuda.current_stream(parked.device).record_event() if parked.device.type == "cuda" else None
+        self.pool.release(parked.buffer, ready)
+        return out

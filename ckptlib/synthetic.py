@@ -1,0 +1,115 @@
+"""The docs' synthetic transformer: pre-norm attention (qkv, SDPA, out) plus a GELU feed-forward."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .apply import BlockSpec
+from .workload import Workload, adamw_for, default_dtype, make_trainable
+
+
+@dataclass(frozen=True)
+class SyntheticShape:
+    width: int
+    heads: int
+    depth: int
+    tokens: int
+    batch: int = 1
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+
+
+# The docs give tokens for the packed-latents sweep but not the block's width or depth; 3072 wide
+# and 12 deep is our choice. The larger shape (32 layers, width 4096, 3072 tokens) is the docs'.
+PRESETS: dict[str, SyntheticShape] = {
+    "packed-1024": SyntheticShape(width=3072, heads=24, depth=12, tokens=1024),
+    "packed-4096": SyntheticShape(width=3072, heads=24, depth=12, tokens=4096),
+    "packed-16384": SyntheticShape(width=3072, heads=24, depth=12, tokens=16384),
+    "large-3072": SyntheticShape(width=4096, heads=32, depth=32, tokens=3072),
+    # Scaled down for 2-core CPUs: the same sweep in seconds per cell.
+    "cpu-256": SyntheticShape(width=256, heads=4, depth=8, tokens=256),
+    "cpu-1024": SyntheticShape(width=256, heads=4, depth=8, tokens=1024),
+    "cpu-large": SyntheticShape(width=384, heads=6, depth=16, tokens=384),
+    # Tests.
+    "tiny": SyntheticShape(width=64, heads=4, depth=8, tokens=32, batch=2, dropout=0.1),
+    "tiny-odd": SyntheticShape(width=64, heads=4, depth=7, tokens=32, batch=2, dropout=0.1),
+}
+
+SPEC = BlockSpec(block_lists=["blocks"], attention=["attn"], feed_forward=["ff"], name="synthetic")
+LORA_TARGETS = ["qkv", "out"]
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int, dropout: float, **factory):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(width, 3 * width, **factory)
+        self.out = nn.Linear(width, width, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, width: int, mlp_ratio: int, dropout: float, **factory):
+        super().__init__(
+            nn.Linear(width, mlp_ratio * width, **factory),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(mlp_ratio * width, width, **factory),
+            nn.Dropout(dropout),
+        )
+
+
+class Block(nn.Module):
+    def __init__(self, shape: SyntheticShape, **factory):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(shape.width, **factory)
+        self.attn = Attention(shape.width, shape.heads, shape.dropout, **factory)
+        self.norm2 = nn.LayerNorm(shape.width, **factory)
+        self.ff = FeedForward(shape.width, shape.mlp_ratio, shape.dropout, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.ff(self.norm2(x))
+
+
+class SyntheticTransformer(nn.Module):
+    def __init__(self, shape: SyntheticShape, **factory):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(shape, **factory) for _ in range(shape.depth))
+        self.norm_out = nn.LayerNorm(shape.width, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.norm_out(x)
+
+
+def resolve_shape(preset: str | SyntheticShape, **overrides) -> SyntheticShape:
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"unknown synthetic preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+        preset = PRESETS[preset]
+    return replace(preset, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def build(preset: str | SyntheticShape = "tiny", training: str = "lora", device: str = "cpu",
+          lora_rank: int = 16, seed: int = 0, dtype: torch.dtype | None = None, **shape_overrides) -> Workload:
+    """The synthetic family's training step: frozen base + LoRA on qkv/out (`lora`), input-only
+    gradients (`frozen`) or every weight with AdamW (`full`)."""
+    shape = resolve_shape(preset, **shape_overrides)
+    dtype = dtype or default_dtype(device)
+    torch.manual_seed(seed)
+    model = SyntheticTransformer(shape, device=device, dtype=dtype)
+    model = make_trainable(model, training, LORA_TARGETS, lora_rank)
+    model.train()
+    x = torch.randn(shape.batch, shape.tokens, shape.width, device=device, dtype=dtype, requires_grad=training == "frozen")
+    target = torch.randn_like(x, requires_grad=False)
+    return Workload(model=model, spec=SPEC, args=(x,), target=target, optimizer=adamw_for(model),
+                    grad_inputs=(x,) if training == "frozen" else ())

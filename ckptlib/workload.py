@@ -1,0 +1,68 @@
+"""A ready-to-run training step: what every family builds and what a sweep cell measures."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .apply import BlockSpec
+
+TRAINING_MODES = ("lora", "frozen", "full")
+
+
+@dataclass
+class Workload:
+    """One model, its block spec, fixed inputs and a flow-matching-style MSE step."""
+
+    model: nn.Module
+    spec: BlockSpec
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    target: torch.Tensor | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    grad_inputs: tuple[torch.Tensor, ...] = ()  # inputs that collect gradients (frozen training)
+
+    def step(self) -> torch.Tensor:
+        for t in self.grad_inputs:
+            t.grad = None
+        out = self.model(*self.args, **self.kwargs)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        loss = F.mse_loss(out.float(), self.target.float())
+        loss.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype:
+    """bf16 where training runs in it (accelerators), fp32 on CPU."""
+    return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+
+
+def make_trainable(model: nn.Module, training: str, lora_targets: list[str], lora_rank: int) -> nn.Module:
+    """Set which weights train: LoRA adapters (PEFT) on a frozen base, nothing, or everything."""
+    if training not in TRAINING_MODES:
+        raise ValueError(f"unknown training mode {training!r}; valid modes: {', '.join(TRAINING_MODES)}")
+    model.requires_grad_(training == "full")
+    if training == "lora":
+        from peft import LoraConfig, inject_adapter_in_model
+
+        dtype = next(model.parameters()).dtype
+        model = inject_adapter_in_model(LoraConfig(r=lora_rank, lora_alpha=lora_rank, target_modules=lora_targets), model)
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.data = param.data.to(dtype)
+    return model
+
+
+def adamw_for(model: nn.Module) -> torch.optim.Optimizer | None:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=1e-4) if params else None

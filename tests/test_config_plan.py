@@ -1,0 +1,64 @@
+import pytest
+
+from ckptlib import BACKENDS, CheckpointConfig, plan
+
+
+def test_example_plan_from_the_docs():
+    p = plan(8, CheckpointConfig("torch", interval=2, stride=4))
+    assert p.regions == (range(0, 2), range(4, 6))
+    assert p.plain == (2, 3, 6, 7)
+    assert str(p) == "8 blocks: regions [0-1] [4-5]; plain 2, 3, 6, 7"
+
+
+@pytest.mark.parametrize(
+    "blocks, interval, stride, regions, plain",
+    [
+        (8, None, None, [[i] for i in range(8)], []),
+        (8, 1, None, [[i] for i in range(8)], []),
+        (3, 5, None, [[0, 1, 2]], []),  # interval larger than the block count: one region
+        (6, 2, 2, [[0, 1], [2, 3], [4, 5]], []),  # stride equal to interval: contiguous
+        (7, 2, None, [[0, 1], [2, 3], [4, 5], [6]], []),  # odd count: a short last region
+        (7, 2, 4, [[0, 1], [4, 5]], [2, 3, 6]),
+        (9, 3, 4, [[0, 1, 2], [4, 5, 6], [8]], [3, 7]),
+        (0, 2, None, [], []),
+    ],
+)
+def test_plan_edge_cases(blocks, interval, stride, regions, plain):
+    p = plan(blocks, CheckpointConfig("torch", interval=interval, stride=stride))
+    assert [list(r) for r in p.regions] == regions
+    assert list(p.plain) == plain
+    assert sorted(p.checkpointed_blocks + p.plain) == list(range(blocks))
+
+
+def test_no_checkpointing_plans_every_block_plain():
+    p = plan(4, CheckpointConfig("none", interval=2))
+    assert p.regions == () and p.plain == (0, 1, 2, 3)
+    assert "regions (none)" in str(p)
+
+
+def test_unknown_backend_lists_valid_ones():
+    with pytest.raises(ValueError, match="unknown checkpointing backend 'fast'.*" + ", ".join(BACKENDS)):
+        CheckpointConfig("fast")
+
+
+@pytest.mark.parametrize("interval", [0, -2])
+def test_interval_must_be_positive(interval):
+    with pytest.raises(ValueError, match="interval must be a positive"):
+        CheckpointConfig("torch", interval=interval)
+
+
+def test_stride_below_interval_is_rejected():
+    with pytest.raises(ValueError, match="segment stride must be at least the checkpointing interval"):
+        CheckpointConfig("torch", interval=4, stride=2)
+
+
+def test_negative_bucket_count_is_rejected():
+    with pytest.raises(ValueError, match="pin_memory_max_buckets must be 0 or more"):
+        CheckpointConfig("unsloth", pin_memory_max_buckets=-1)
+
+
+def test_stride_without_interval_is_ignored_with_a_warning():
+    with pytest.warns(UserWarning, match="stride 4 is ignored without a checkpointing interval"):
+        config = CheckpointConfig("torch", stride=4)
+    assert config.stride is None
+    assert plan(4, config).regions == (range(0, 1), range(1, 2), range(2, 3), range(3, 4))

@@ -1,0 +1,64 @@
+import torch
+
+from ckptlib import HostPool
+
+
+def test_buffers_are_reused_per_numel_and_dtype():
+    pool = HostPool(max_buckets=4, pin=False)
+    a = pool.acquire(100, torch.float32)
+    pool.release(a)
+    b = pool.acquire(100, torch.float32)
+    assert b is a
+    c = pool.acquire(100, torch.float16)
+    assert c is not a
+    assert (pool.stats.hits, pool.stats.misses) == (1, 2)
+    assert pool.num_buckets == 2
+    assert pool.stats.held_bytes == 100 * 4 + 100 * 2
+
+
+def test_bucket_cap_evicts_the_least_recently_used_idle_bucket():
+    pool = HostPool(max_buckets=2, pin=False)
+    for n in (10, 20):
+        pool.release(pool.acquire(n, torch.float32))
+    pool.release(pool.acquire(10, torch.float32))  # 20 is now least recently used
+    pool.release(pool.acquire(30, torch.float32))
+    assert pool.stats.evictions == 1
+    assert pool.num_buckets == 2
+    assert pool.acquire(10, torch.float32).key == (10, torch.float32)
+    assert pool.stats.held_bytes == (10 + 30) * 4
+
+
+def test_busy_buckets_are_never_evicted_and_overflow_goes_pageable():
+    pool = HostPool(max_buckets=1, pin=False)
+    held = pool.acquire(10, torch.float32)
+    extra = pool.acquire(20, torch.float32)
+    assert extra.key is None and pool.stats.pageable_fallbacks == 1
+    assert pool.stats.evictions == 0
+    pool.release(extra)  # a one-off buffer is simply dropped
+    pool.release(held)
+    assert pool.num_buckets == 1
+
+
+def test_zero_buckets_means_pageable_memory_only():
+    pool = HostPool(max_buckets=0, pin=True)
+    buffers = [pool.acquire(10, torch.float32) for _ in range(3)]
+    assert all(b.key is None and not b.tensor.is_pinned() for b in buffers)
+    assert pool.stats.pageable_fallbacks == 3 and pool.num_buckets == 0 and pool.stats.pin_failures == 0
+
+
+def test_pinning_failure_falls_back_to_pageable(monkeypatch):
+    real_empty = torch.empty
+
+    def refuse_pinning(*args, pin_memory=False, **kwargs):
+        if pin_memory:
+            raise RuntimeError("CUDA out of memory (host pinned memory cap)")
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", refuse_pinning)
+    pool = HostPool(max_buckets=4, pin=True)
+    buffer = pool.acquire(10, torch.float32)
+    assert buffer.tensor.shape == (10,) and not buffer.tensor.is_pinned()
+    assert pool.stats.pin_failures == 1 and pool.pin is False
+    pool.acquire(10, torch.float32)
+    assert pool.stats.pin_failures == 1  # no second attempt once pinning failed
+    assert pool.stats.pinned_bytes == 0 and pool.stats.held_bytes == 80
