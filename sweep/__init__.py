@@ -1,0 +1,1 @@
+"""The sweep harness: Hydra config -> cells -> isolated worker -> results database -> reports."""

@@ -1,0 +1,201 @@
+"""The Hydra app behind `ckpt-sweep run`: one job per cell, a callback for validation and progress."""
+from __future__ import annotations
+
+import importlib
+import json
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import hydra
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from . import environment, store
+from .cell import RETRYABLE, Cell, cell_from_config
+from .worker import run_isolated
+
+CONFIG_PATH = str(environment.PROJECT_ROOT / "conf")
+RERUN_CHOICES = ("none", "failed", "all")
+
+
+class SweepConfigError(ValueError):
+    """The sweep cannot start; nothing was run or written."""
+
+
+@dataclass
+class RunState:
+    """One (database, run name, hardware) this process writes to."""
+
+    engine: object
+    run_id: int
+    device: str
+    hardware: str
+    done: dict[str, str]
+    statuses: Counter = field(default_factory=Counter)
+    results: list[dict] = field(default_factory=list)
+
+
+_runs: dict[tuple[str, str, str], RunState] = {}
+
+
+def run_state(cfg: DictConfig) -> RunState:
+    device = environment.resolve_device(cfg.device)
+    key = (cfg.db.url, str(cfg.run.name), device)
+    if key not in _runs:
+        engine = store.open_store(cfg.db.url)
+        env = environment.capture(device)
+        sweep_config = OmegaConf.to_container(cfg, resolve=True)
+        run_id = store.get_or_create_run(engine, str(cfg.run.name), env["hardware"], device=device,
+                                         environment=env, config=sweep_config)
+        _runs[key] = RunState(engine, run_id, device, env["hardware"], store.completed_cells(engine, run_id))
+    return _runs[key]
+
+
+def should_run(previous: str | None, rerun: str) -> bool:
+    return previous is None or rerun == "all" or (rerun == "failed" and previous in RETRYABLE)
+
+
+def shape_tokens(cell: Cell) -> int | None:
+    """Tokens of the cell's shape, when the family's module can resolve its presets."""
+    module = importlib.import_module(cell.builder.rpartition(".")[0])
+    resolve = getattr(module, "resolve_shape", None)
+    try:
+        return getattr(resolve(cell.preset, **cell.shape), "tokens", None) if resolve else None
+    except (ValueError, TypeError):
+        return None
+
+
+def execute(cfg: DictConfig) -> dict:
+    """Run (or skip) one cell and record it. Never raises for an outcome of the cell itself."""
+    cell = cell_from_config(cfg)
+    state = run_state(cfg)
+    previous = state.done.get(cell.key)
+    summary = {"cell": cell.describe(), "key": cell.key, "mode": cell.mode, "preset": cell.preset}
+    if not should_run(previous, cfg.run.rerun):
+        return {**summary, "status": previous, "skipped": True}
+    try:
+        cell.checkpoint_config()
+    except ValueError as error:
+        result = {"status": "invalid", "reason": str(error)}
+    else:
+        result = run_isolated(cell.as_dict(), state.device, cfg.measure.warmup_steps, cfg.measure.steps,
+                              cfg.measure.timeout_s)
+    store.record_cell(state.engine, state.run_id, cell.as_dict(), cell.key, result, host=socket.gethostname(),
+                      tokens=shape_tokens(cell))
+    state.done[cell.key] = result["status"]
+    return {**summary, "skipped": False, **{k: result.get(k) for k in ("status", "reason", "sec_per_step", "peak_bytes", "wall_s")}}
+
+
+@hydra.main(config_path=CONFIG_PATH, config_name="config", version_base=None)
+def hydra_app(cfg: DictConfig) -> dict:
+    return execute(cfg)
+
+
+def expand_jobs(config: DictConfig) -> list[DictConfig] | None:
+    """Every job config of a basic-sweeper multirun, composed as the sweeper will compose it."""
+    if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    loader = GlobalHydra.instance().config_loader()
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(params + list(config.hydra.overrides.task))
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return [loader.load_sweep_config(config, list(job)) for batch in batches for job in batch]
+
+
+def validate(jobs: list[DictConfig]) -> None:
+    """Problems that would make cells fail for a reason of the sweep's own making, named up front."""
+    problems = []
+    for url in sorted({str(job.db.url) for job in jobs}):
+        try:
+            store.open_store(url).dispose()
+        except store.StoreError as error:
+            problems.append(str(error))
+    for job in jobs:
+        if job.run.rerun not in RERUN_CHOICES:
+            problems.append(f"run.rerun must be one of {', '.join(RERUN_CHOICES)}, got {job.run.rerun!r}")
+        target = str(job.family.get("_target_"))
+        try:
+            module = importlib.import_module(target.rpartition(".")[0])
+            getattr(module, target.rpartition(".")[2])
+        except (ImportError, AttributeError, ValueError) as error:
+            problems.append(f"family {job.family.name}: cannot import builder {target!r} ({error})")
+            continue
+        presets = getattr(module, "PRESETS", None)
+        if presets is not None and str(job.preset) not in presets:
+            problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
+        if job.training not in ("lora", "frozen", "full"):
+            problems.append(f"unknown training mode {job.training!r}; valid modes: lora, frozen, full")
+    if problems:
+        unique = list(dict.fromkeys(problems))
+        raise SweepConfigError("the sweep cannot start:\n  " + "\n  ".join(unique))
+
+
+class SweepCallback(Callback):
+    """Validates the whole sweep before any cell runs, shows progress, prints the summary."""
+
+    def __init__(self) -> None:
+        self.console = Console(stderr=True)
+        self.progress = None
+        self.task = None
+        self.total = None
+        self.started = 0.0
+        self.counts: Counter = Counter()
+        self.results: list[dict] = []
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        jobs = expand_jobs(config)
+        if jobs is not None:
+            validate(jobs)
+            self.total = len(jobs)
+        self.started = time.perf_counter()
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                     TextColumn("{task.fields[counts]}"), console=self.console)
+            self.task = self.progress.add_task("cells", total=self.total, counts="")
+            self.progress.start()
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if self.progress is not None:
+            cell = cell_from_config(config)
+            self.progress.update(self.task, description=cell.describe())
+
+    def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        try:
+            result = job_return.return_value
+        except Exception as error:  # noqa: BLE001 - the job itself raised (a harness error); show it
+            result = {"cell": "?", "status": "error", "reason": str(error), "skipped": False}
+        self.results.append(result)
+        self.counts["skipped" if result.get("skipped") else result["status"]] += 1
+        if self.progress is not None:
+            counts = " ".join(f"{k}:{v}" for k, v in sorted(self.counts.items()))
+            self.progress.update(self.task, advance=1, counts=counts)
+        else:
+            print(json.dumps({k: v for k, v in result.items() if v is not None}), flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        for state in _runs.values():
+            store.finish_run(state.engine, state.run_id)
+        from .report import summary_table
+
+        elapsed = time.perf_counter() - self.started
+        if self.console.is_terminal:
+            self.console.print(summary_table(self.results))
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts.items()))
+        print(f"{len(self.results)} cells in {elapsed:.1f} s: {counts}", file=sys.stderr, flush=True)
+        for state in _runs.values():
+            from .report import run_matrix
+
+            print(run_matrix(state.engine, state.run_id), flush=True)

@@ -1,0 +1,63 @@
+"""A cell: one point of the sweep (family x shape x mode x quantization x training), as plain data."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ckptlib import CheckpointConfig
+
+STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid")
+RETRYABLE = ("failed", "timeout", "crashed")  # what rerun=failed runs again
+
+
+@dataclass(frozen=True)
+class Cell:
+    family: str
+    builder: str  # import path of the family's build function
+    preset: str
+    mode: str  # the column label (docs' mode name)
+    backend: str
+    interval: int | None = None
+    stride: int | None = None
+    offload_attention: bool = False
+    pin_memory_max_buckets: int = 12
+    quantization: str = "none"
+    training: str = "lora"
+    lora_rank: int = 16
+    shape: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's shape
+    seed: int = 0
+
+    @property
+    def key(self) -> str:
+        """Identity: a hash of the canonical config (the label `mode` is not part of it)."""
+        identity = {k: v for k, v in asdict(self).items() if k != "mode"}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def checkpoint_config(self) -> CheckpointConfig:
+        """Raises ValueError for a combination that is not a valid config (status `invalid`)."""
+        return CheckpointConfig(
+            backend=self.backend, interval=self.interval, stride=self.stride,
+            offload_attention=self.offload_attention, pin_memory_max_buckets=self.pin_memory_max_buckets,
+        )
+
+    def describe(self) -> str:
+        shape = "".join(f" {k}={v}" for k, v in sorted(self.shape.items()))
+        return f"{self.family}/{self.preset}{shape} {self.mode} q={self.quantization} {self.training}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cell_from_config(cfg) -> Cell:
+    """Build a cell from a composed sweep config (an OmegaConf node or a plain dict)."""
+    mode, family = cfg["mode"], cfg["family"]
+    return Cell(
+        family=family["name"], builder=family["_target_"], preset=str(cfg["preset"]), mode=mode["name"],
+        backend=mode["backend"], interval=mode.get("interval"), stride=mode.get("stride"),
+        offload_attention=bool(mode.get("offload_attention", False)),
+        pin_memory_max_buckets=int(cfg["pin_memory_max_buckets"]), quantization=cfg["quantization"]["name"],
+        training=cfg["training"], lora_rank=int(cfg["lora_rank"]), shape=dict(cfg.get("shape") or {}),
+        seed=int(cfg["seed"]),
+    )

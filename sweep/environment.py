@@ -1,0 +1,112 @@
+"""Where a run happened: hardware label and software environment."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("torch", "diffusers", "peft", "transformers", "torchao", "sdnq", "ckpt-sweep")
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_info() -> dict:
+    """NVML's view of GPU 0 (the one a cell sees); empty without a GPU or driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    try:
+        index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        info = {
+            "name": pynvml.nvmlDeviceGetName(handle),
+            "uuid": pynvml.nvmlDeviceGetUUID(handle),
+            "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+        }
+        for key, read in (("power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000),
+                          ("sm_clock_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                          ("mem_clock_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))):
+            try:
+                info[key] = read()
+            except pynvml.NVMLError:
+                pass
+        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
+    except Exception:
+        return {}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def hardware_label(device: str) -> str:
+    """The row label reports use: the GPU's name, or 'CPU: <model>' so CPU figures never pass for GPU ones."""
+    if device.startswith("cuda"):
+        name = gpu_info().get("name")
+        if name:
+            return name.removeprefix("NVIDIA ")
+        return "CUDA GPU"
+    return f"CPU: {cpu_model()}"
+
+
+def git_state() -> dict:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5).stdout.strip()
+
+    try:
+        return {"git_commit": git("rev-parse", "HEAD") or None, "git_dirty": bool(git("status", "--porcelain"))}
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None, "git_dirty": None}
+
+
+def versions() -> dict:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def capture(device: str) -> dict:
+    """Everything recorded with a run. Does not initialise CUDA (NVML only)."""
+    import torch
+
+    env = {
+        "hardware": hardware_label(device),
+        "device": device,
+        "cpu": cpu_model(),
+        "gpu": gpu_info() if device.startswith("cuda") else {},
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "versions": versions(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "torch_threads": torch.get_num_threads(),
+    }
+    env.update(git_state())
+    return env

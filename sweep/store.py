@@ -1,0 +1,186 @@
+"""The results database (SQLAlchemy 2): runs, cells and per-step samples.
+
+SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE transactions, so several sweeps (or launcher
+workers) writing one file serialise instead of failing or losing rows. Each cell is written in
+one transaction: an interrupted sweep leaves only whole cells behind.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint,
+                        create_engine, event, select)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+PROVENANCES = ("measured", "published", "predicted")
+
+
+class StoreError(RuntimeError):
+    """The database URL or file cannot be used; nothing was written."""
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON}
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("name", "hardware", "provenance"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    hardware: Mapped[str] = mapped_column(String(200))
+    provenance: Mapped[str] = mapped_column(String(20), default="measured")
+    source: Mapped[str | None] = mapped_column(Text)
+    device: Mapped[str | None] = mapped_column(String(50))
+    environment: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=now)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    cells: Mapped[list[CellResult]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+
+class CellResult(Base):
+    __tablename__ = "cells"
+    __table_args__ = (UniqueConstraint("run_id", "cell_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    cell_key: Mapped[str] = mapped_column(String(64))
+    family: Mapped[str] = mapped_column(String(100))
+    preset: Mapped[str] = mapped_column(String(100))
+    mode: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str | None] = mapped_column(String(30))
+    interval: Mapped[int | None] = mapped_column(Integer)
+    stride: Mapped[int | None] = mapped_column(Integer)
+    offload_attention: Mapped[bool | None] = mapped_column(Boolean)
+    quantization: Mapped[str] = mapped_column(String(50), default="none")
+    training: Mapped[str | None] = mapped_column(String(20))
+    tokens: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    sec_per_step: Mapped[float | None] = mapped_column(Float)
+    mean_s: Mapped[float | None] = mapped_column(Float)
+    iqr_s: Mapped[float | None] = mapped_column(Float)
+    peak_bytes: Mapped[int | None] = mapped_column(Integer)
+    peak_reserved_bytes: Mapped[int | None] = mapped_column(Integer)
+    first_step_peak_bytes: Mapped[int | None] = mapped_column(Integer)
+    alloc_retries: Mapped[int | None] = mapped_column(Integer)
+    host_offload_peak_bytes: Mapped[int | None] = mapped_column(Integer)
+    device_name: Mapped[str | None] = mapped_column(String(200))
+    host: Mapped[str | None] = mapped_column(String(200))
+    wall_s: Mapped[float | None] = mapped_column(Float)
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    recorded_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=now)
+    run: Mapped[Run] = relationship(back_populates="cells")
+    samples: Mapped[list[Sample]] = relationship(back_populates="cell", cascade="all, delete-orphan",
+                                                 order_by="Sample.step")
+
+
+class Sample(Base):
+    __tablename__ = "samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    warmup: Mapped[bool] = mapped_column(Boolean)
+    cell: Mapped[CellResult] = relationship(back_populates="samples")
+
+
+RESULT_COLUMNS = ("status", "reason", "traceback", "sec_per_step", "mean_s", "iqr_s", "peak_bytes",
+                  "peak_reserved_bytes", "first_step_peak_bytes", "alloc_retries", "host_offload_peak_bytes",
+                  "device_name", "wall_s", "report", "plan")
+
+
+def _sqlite_pragmas(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None  # let BEGIN below be the transaction
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout = 60000")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def begin(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def open_store(url: str) -> Engine:
+    """Engine for `url` with the schema in place; a clear StoreError for a bad URL or unreadable file."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as error:
+        raise StoreError(f"malformed database URL {url!r}: {error}") from None
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database)
+        if path.exists() and not path.is_file():
+            raise StoreError(f"database path {path} is not a file")
+        if not path.parent.exists():
+            raise StoreError(f"database directory {path.parent} does not exist")
+    try:
+        engine = create_engine(parsed, connect_args={"timeout": 60} if sqlite else {})
+    except (NoSuchModuleError, ImportError, ArgumentError) as error:
+        raise StoreError(f"cannot use database URL {url!r}: {error}") from None
+    if sqlite:
+        _sqlite_pragmas(engine)
+    try:
+        Base.metadata.create_all(engine)
+    except (DatabaseError, OperationalError) as error:
+        engine.dispose()
+        raise StoreError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {error.orig}") from None
+    return engine
+
+
+def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str = "measured", **fields) -> int:
+    with Session(engine) as session, session.begin():
+        run = session.scalar(select(Run).where(Run.name == name, Run.hardware == hardware, Run.provenance == provenance))
+        if run is None:
+            run = Run(name=name, hardware=hardware, provenance=provenance, **fields)
+            session.add(run)
+            session.flush()
+        return run.id
+
+
+def finish_run(engine: Engine, run_id: int) -> None:
+    with Session(engine) as session, session.begin():
+        session.get(Run, run_id).finished_at = now()
+
+
+def completed_cells(engine: Engine, run_id: int) -> dict[str, str]:
+    """cell key -> status of every cell already recorded in the run."""
+    with Session(engine) as session:
+        return dict(session.execute(select(CellResult.cell_key, CellResult.status).where(CellResult.run_id == run_id)).all())
+
+
+def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict, host: str | None = None,
+                tokens: int | None = None) -> None:
+    """Insert or replace one cell and its samples, in one transaction."""
+    with Session(engine) as session, session.begin():
+        existing = session.scalar(select(CellResult).where(CellResult.run_id == run_id, CellResult.cell_key == key))
+        if existing is not None:
+            session.delete(existing)
+            session.flush()
+        row = CellResult(
+            run_id=run_id, cell_key=key, family=cell["family"], preset=cell["preset"], mode=cell["mode"],
+            backend=cell.get("backend"), interval=cell.get("interval"), stride=cell.get("stride"),
+            offload_attention=cell.get("offload_attention"), quantization=cell.get("quantization", "none"),
+            training=cell.get("training"), tokens=tokens, config=cell, host=host,
+            **{k: result.get(k) for k in RESULT_COLUMNS},
+        )
+        row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.get("samples", ()))]
+        session.add(row)

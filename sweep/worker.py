@@ -1,0 +1,208 @@
+"""Run one cell in a fresh child process and map whatever happens to a status.
+
+Children come from a fork server that has torch, ckptlib and peft imported already, so a cell
+pays a fork, not an interpreter start; CUDA is initialised only in the child. The parent blocks
+in `wait` on the result pipe and the child's sentinel (no polling) and never raises for an
+expected outcome.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import multiprocessing as mp
+import signal
+import time
+import traceback
+from multiprocessing.connection import wait
+
+import numpy as np
+
+PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.worker"]
+TRACEBACK_CHARS = 4000
+_OOM_MESSAGES = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
+                 "not enough memory", "out of memory")
+_context = None
+
+
+def fork_server():
+    global _context
+    if _context is None:
+        _context = mp.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def run_isolated(cell: dict, device: str, warmup_steps: int, steps: int, timeout_s: float) -> dict:
+    """Measure `cell` in a child process; returns a result dict with at least `status` and `reason`."""
+    ctx = fork_server()
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=child_main, args=(sender, cell, device, warmup_steps, steps), daemon=True)
+    started = time.perf_counter()
+    child.start()
+    sender.close()
+    try:
+        ready = wait([receiver, child.sentinel], timeout=timeout_s)
+        result = None
+        if receiver in ready or receiver.poll():
+            try:
+                result = receiver.recv()
+            except EOFError:
+                result = None
+        if result is None:
+            if not ready:
+                result = {"status": "timeout", "reason": f"no result within {timeout_s:g} s; child killed"}
+            else:
+                child.join(timeout=5)
+                result = {"status": "crashed", "reason": _exit_reason(child.exitcode)}
+        child.join(timeout=10)
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receiver.close()
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "child did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (likely the host OOM killer)" if -code == signal.SIGKILL else ""
+        return f"child died by {name}{hint} before reporting"
+    return f"child exited with code {code} before reporting"
+
+
+def child_main(conn, cell: dict, device: str, warmup_steps: int, steps: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
+    result = measure_cell(cell, device, warmup_steps, steps)
+    conn.send(result)
+    conn.close()
+
+
+def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int) -> dict:
+    """Build, apply the mode, warm up, measure. Runs inside the child."""
+    import torch
+
+    import ckptlib
+    from sweep.cell import Cell
+
+    spec = Cell(**cell)
+    timings = {}
+    try:
+        tic = time.perf_counter()
+        config = spec.checkpoint_config()
+        if spec.quantization != "none":
+            raise ckptlib.UnsupportedModeError(f"quantization {spec.quantization!r} is not implemented")
+        build = _import(spec.builder)
+        work = build(preset=spec.preset, training=spec.training, device=device, lora_rank=spec.lora_rank,
+                     seed=spec.seed, **spec.shape)
+        handle = ckptlib.apply(work.model, config, work.spec)
+        timings["build_s"] = time.perf_counter() - tic
+        result = _measure(work, handle, device, warmup_steps, steps)
+        result["timings"] = timings
+        return result
+    except ckptlib.UnsupportedModeError as error:
+        return {"status": "unsupported", "reason": str(error)}
+    except ValueError as error:
+        if "config" in locals():
+            return _failure(error)
+        return {"status": "invalid", "reason": str(error)}
+    except Exception as error:  # noqa: BLE001 - every failure becomes a status
+        if isinstance(error, torch.OutOfMemoryError) or any(m in str(error) for m in _OOM_MESSAGES):
+            reason = str(error).splitlines()[0][:500] if str(error) else type(error).__name__
+            del error
+            gc.collect()
+            return {"status": "oom", "reason": reason}
+        return _failure(error)
+
+
+def _failure(error: BaseException) -> dict:
+    tail = "".join(traceback.format_exception(error))[-TRACEBACK_CHARS:]
+    return {"status": "failed", "reason": f"{type(error).__name__}: {error}"[:500], "traceback": tail}
+
+
+def _import(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _existing_tensors(work) -> list:
+    import torch
+
+    state = [t for s in (work.optimizer.state.values() if work.optimizer else ()) for t in s.values()
+             if isinstance(t, torch.Tensor)]
+    params = list(work.model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    kwargs = [t for t in work.kwargs.values() if isinstance(t, torch.Tensor)]
+    return [*params, *grads, *work.model.buffers(), *work.args, *kwargs, work.target, *state]
+
+
+def _tracked_step(work, device: str) -> int:
+    """Peak live tensor bytes of one step on a CPU device, everything already alive included."""
+    from ckptlib import LiveTensorTracker
+
+    tracker = LiveTensorTracker(device)
+    tracker.track(*_existing_tensors(work))
+    with tracker:
+        work.step()
+    return tracker.peak_bytes
+
+
+def _measure(work, handle, device: str, warmup_steps: int, steps: int) -> dict:
+    """Timed steps run bare. On CUDA the allocator's counters give the peaks; on CPU, where a live
+    tensor tracker would slow every op, one extra untimed step is tracked for the peak."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    samples: list[tuple[float, bool]] = []
+    losses = []
+    memory = {}
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    for i in range(warmup_steps + steps):
+        if i == warmup_steps:
+            sync()
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+        sync()
+        tic = time.perf_counter()
+        loss = work.step()
+        sync()
+        samples.append((time.perf_counter() - tic, i < warmup_steps))
+        losses.append(float(loss))
+        if i == 0 and cuda:
+            memory["first_step_peak_bytes"] = torch.cuda.max_memory_allocated()
+    if cuda:
+        stats = torch.cuda.memory_stats()
+        memory.update(peak_bytes=torch.cuda.max_memory_allocated(), peak_reserved_bytes=torch.cuda.max_memory_reserved(),
+                      alloc_retries=stats.get("num_alloc_retries", 0))
+    else:
+        memory["peak_bytes"] = _tracked_step(work, device)
+    measured = np.array([s for s, warm in samples if not warm])
+    q1, median, q3 = np.percentile(measured, [25, 50, 75]) if len(measured) else (float("nan"),) * 3
+    report = handle.report
+    return {
+        "status": "ok", "reason": None,
+        "sec_per_step": float(median), "mean_s": float(measured.mean()) if len(measured) else None,
+        "iqr_s": float(q3 - q1), **memory,
+        "host_offload_peak_bytes": report.pool.get("peak_held_bytes", 0),
+        "samples": samples, "final_loss": losses[-1] if losses else None,
+        "report": report.as_dict(), "plan": report.plans,
+        "device_name": _device_name(device),
+    }
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    from sweep.environment import cpu_model
+
+    return torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU: {cpu_model()}"
