@@ -153,7 +153,11 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         jobs = expand_jobs(config)
         if jobs is not None:
-            validate(jobs)
+            try:
+                validate(jobs)
+            except SweepConfigError as error:
+                # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
+                raise SystemExit(f"ckpt-sweep: {error}") from None
             self.total = len(jobs)
         self.started = time.perf_counter()
         if self.console.is_terminal:
@@ -161,7 +165,8 @@ class SweepCallback(Callback):
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                     TextColumn("{task.fields[counts]}"), console=self.console)
+                                     TextColumn("{task.fields[counts]}"), console=self.console,
+                                     refresh_per_second=2)
             self.task = self.progress.add_task("cells", total=self.total, counts="")
             self.progress.start()
 

@@ -1,0 +1,44 @@
+"""Run the real `ckpt-sweep` console script in a subprocess, as a user would."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = Path(__file__).resolve().parent / "support"
+FAST = ["measure.warmup_steps=1", "measure.steps=2", "training=lora"]
+
+
+def sweep_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SUPPORT), env.get("PYTHONPATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def sweep_args(db: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "sweep.cli", "run", f"db.url=sqlite:///{db}", f"hydra.sweep.dir={db.parent}/multirun",
+            f"hydra.searchpath=[file://{SUPPORT / 'conf'}]", *overrides]
+
+
+def run_sweep(db: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(), cwd=ROOT,
+                          timeout=timeout)
+
+
+def start_sweep(db: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(sweep_args(db, *overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=sweep_env(), cwd=ROOT)
+
+
+def query(db: Path, sql: str) -> list[tuple]:
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(sql))]
+    finally:
+        engine.dispose()

@@ -1,0 +1,141 @@
+"""The sweep harness end to end, through the real console script."""
+import json
+import signal
+import time
+
+import pytest
+
+from sweep.cell import Cell
+from sweep.app import should_run
+from tests.sweep_helpers import FAST, query, run_sweep, start_sweep
+
+FAULTS = {"ok": "ok", "oom": "oom", "segfault": "crashed", "hang": "timeout", "raise": "failed",
+          "unsupported": "unsupported", "exit": "crashed"}
+
+
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_multirun_creates_exactly_the_cartesian_product(tmp_path):
+    db = tmp_path / "r.db"
+    done = run_sweep(db, "sweep=none", "family=synthetic,faulty", "preset=tiny,tiny-odd", "mode=none,layer,unsloth", *FAST)
+    # the faulty family has no presets named tiny/tiny-odd: the sweep refuses before running anything
+    assert done.returncode != 0
+    assert "family faulty: unknown preset 'tiny'" in done.stderr and "valid presets:" in done.stderr
+    assert not db.exists() or query(db, "select count(*) from cells") == [(0,)]
+
+    done = run_sweep(db, "sweep=none", "family=synthetic,faulty", "mode=none,layer,unsloth", "+shape.tokens=16,24", *FAST)
+    assert done.returncode == 0, done.stderr
+    rows = query(db, "select family, preset, mode, tokens, status from cells")
+    assert len(rows) == 2 * 3 * 2
+    assert {(f, m, t) for f, _, m, t, _ in rows} == {(f, m, t) for f in ("synthetic", "faulty")
+                                                     for m in ("none", "layer", "unsloth") for t in (16, 24)}
+    assert {s for *_, s in rows} == {"ok"}
+
+
+def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
+    db = tmp_path / "r.db"
+    overrides = ["sweep=none", "family=faulty", f"preset={','.join(FAULTS)}", "mode=layer,bad-stride",
+                 "measure.timeout_s=4", *FAST]
+    done = run_sweep(db, *overrides)
+    assert done.returncode == 0, done.stderr
+    rows = {(p, m): (s, r) for p, m, s, r in query(db, "select preset, mode, status, reason from cells")}
+    assert len(rows) == 2 * len(FAULTS)
+    for preset, status in FAULTS.items():
+        assert rows[(preset, "layer")][0] == status, (preset, rows[(preset, "layer")])
+        assert rows[(preset, "bad-stride")] == (
+            "invalid", "segment stride must be at least the checkpointing interval (stride 2 < interval 4)")
+    assert "SIGSEGV" in rows[("segfault", "layer")][1]
+    assert "within 4 s" in rows[("hang", "layer")][1]
+    assert "injected failure" in rows[("raise", "layer")][1]
+    assert "exited with code 3" in rows[("exit", "layer")][1]
+    [(traceback,)] = query(db, "select traceback from cells where preset='raise' and mode='layer'")
+    assert "RuntimeError: injected failure" in traceback
+    [(sec, peak, n_measured, n_warmup)] = query(db, """select sec_per_step, peak_bytes,
+        (select count(*) from samples s where s.cell_id=c.id and not warmup),
+        (select count(*) from samples s where s.cell_id=c.id and warmup) from cells c where preset='ok' and mode='layer'""")
+    assert sec > 0 and peak > 0 and (n_measured, n_warmup) == (2, 1)
+    [(environment, hardware)] = query(db, "select environment, hardware from runs")
+    environment = json.loads(environment)
+    for field in ("hardware", "hostname", "versions", "git_commit", "git_dirty", "PYTORCH_CUDA_ALLOC_CONF", "cpu"):
+        assert field in environment
+    assert hardware.startswith("CPU: ") and environment["versions"]["torch"]
+
+    recorded = query(db, "select cell_key, recorded_at from cells order by cell_key")
+    again = run_sweep(db, *overrides)
+    assert again.returncode == 0, again.stderr
+    assert all(line["skipped"] for line in json_lines(again.stdout))
+    assert query(db, "select cell_key, recorded_at from cells order by cell_key") == recorded
+
+    retried = run_sweep(db, *overrides, "run.rerun=failed")
+    ran = {line["preset"] for line in json_lines(retried.stdout) if not line["skipped"]}
+    assert ran == {"hang", "raise", "segfault", "exit"}
+
+
+def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
+    db = tmp_path / "r.db"
+    overrides = ["sweep=none", "family=faulty", "preset=slow", "+shape.tokens=8,12,16,20,24,28", *FAST]
+    process = start_sweep(db, *overrides)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if db.exists() and query(db, "select count(*) from cells")[0][0] >= 2:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=60)
+    partial = query(db, "select count(*) from cells")[0][0]
+    assert 2 <= partial < 6
+    done = run_sweep(db, *overrides)
+    assert done.returncode == 0, done.stderr
+    lines = json_lines(done.stdout)
+    assert sum(not line["skipped"] for line in lines) == 6 - partial
+    assert query(db, "select count(*), count(distinct cell_key) from cells") == [(6, 6)]
+    assert query(db, "select count(*) from runs") == [(1,)]
+
+
+def test_two_sweeps_into_one_sqlite_file_lose_no_rows(tmp_path):
+    db = tmp_path / "r.db"
+    common = ["sweep=none", "family=faulty", "preset=ok", "mode=none,layer,unsloth,torch-ffn", *FAST]
+    first = start_sweep(db, *common, "run.name=first")
+    second = start_sweep(db, *common, "run.name=second")
+    for process in (first, second):
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+    assert query(db, "select r.name, count(*) from cells c join runs r on r.id=c.run_id group by r.name order by r.name") \
+        == [("first", 4), ("second", 4)]
+    assert query(db, "select count(*) from samples")[0][0] == 8 * 3
+
+
+@pytest.mark.parametrize("override, message", [
+    ("mode=none,bogus", "Could not find 'mode/bogus'"),
+    ("db.url=notaurl", "malformed database URL 'notaurl'"),
+    ("training=sideways", "unknown training mode 'sideways'"),
+    ("run.rerun=sometimes", "run.rerun must be one of none, failed, all"),
+    ("family._target_=nowhere.build", "cannot import builder 'nowhere.build'"),
+])
+def test_bad_input_is_named_before_anything_runs(tmp_path, override, message):
+    db = tmp_path / "r.db"
+    done = run_sweep(db, "sweep=none", "family=faulty", "preset=ok", "mode=none", *FAST, override)
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert not db.exists() or query(db, "select count(*) from cells") == [(0,)]
+
+
+def test_unreadable_database_is_refused_and_left_untouched(tmp_path):
+    db = tmp_path / "r.db"
+    db.write_bytes(b"this is not a database" * 100)
+    before = db.read_bytes()
+    done = run_sweep(db, "sweep=none", "family=faulty", "preset=ok", "mode=none", *FAST)
+    assert done.returncode != 0
+    assert "cannot open database" in done.stderr and "not a database" in done.stderr
+    assert db.read_bytes() == before
+
+
+def test_cell_identity_ignores_the_label_and_rerun_rules():
+    a = Cell(family="f", builder="m.b", preset="p", mode="layer", backend="torch")
+    b = Cell(family="f", builder="m.b", preset="p", mode="renamed", backend="torch")
+    c = Cell(family="f", builder="m.b", preset="p", mode="layer", backend="torch", interval=2)
+    assert a.key == b.key != c.key
+    assert should_run(None, "none") and not should_run("ok", "none") and not should_run("failed", "none")
+    assert should_run("timeout", "failed") and not should_run("oom", "failed") and should_run("ok", "all")
