@@ -12,6 +12,11 @@ STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid
 RETRYABLE = ("failed", "timeout", "crashed")  # what rerun=failed runs again
 
 
+def identity_key(identity: dict[str, Any]) -> str:
+    """A short, stable hash of a canonical JSON rendering."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Cell:
     family: str
@@ -32,8 +37,7 @@ class Cell:
     @property
     def key(self) -> str:
         """Identity: a hash of the canonical config (the label `mode` is not part of it)."""
-        identity = {k: v for k, v in asdict(self).items() if k != "mode"}
-        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return identity_key({k: v for k, v in asdict(self).items() if k != "mode"})
 
     def checkpoint_config(self) -> CheckpointConfig:
         """Raises ValueError for a combination that is not a valid config (status `invalid`)."""

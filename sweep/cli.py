@@ -1,14 +1,23 @@
-"""`ckpt-sweep VERB ...`: run (the Hydra multirun), report."""
+"""`ckpt-sweep VERB ...`: run (the Hydra multirun), report, import, diff, advise."""
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
+DEFAULT_DB = "sqlite:///results.db"
 USAGE = """usage: ckpt-sweep VERB [ARGS]
 
 verbs:
-  run [HYDRA OVERRIDES]   run a sweep (always a multirun), e.g.
-                          ckpt-sweep run sweep=packed-latents mode=none,layer,unsloth
-                          ckpt-sweep run --cfg job    (show the composed config)
+  run [HYDRA OVERRIDES]      run a sweep (always a multirun), e.g.
+                             ckpt-sweep run sweep=packed-latents mode=none,layer,unsloth
+  report [--splice DOC.md]   regenerate the matrices under reports/ (or refresh marked blocks of DOC.md)
+  import FILE.md             import the docs' published tables as runs of provenance 'published'
+  diff A B                   two runs (id or hardware label) cell by cell
+  advise --family F --vram 48GiB [--hardware H] [--tokens N | --preset P]
+                             which mode to use on that card
+
+`ckpt-sweep VERB --help` describes a verb's options.
 """
 
 
@@ -21,7 +30,116 @@ def run(args: list[str]) -> None:
     hydra_app()
 
 
-VERBS = {"run": run}
+def _parser(verb: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"ckpt-sweep {verb}", description=description)
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLAlchemy database URL (default {DEFAULT_DB})")
+    return parser
+
+
+def _engine(url: str):
+    from .store import StoreError, open_store
+
+    try:
+        return open_store(url)
+    except StoreError as error:
+        sys.exit(f"ckpt-sweep: {error}")
+
+
+def report(args: list[str]) -> None:
+    parser = _parser("report", "Regenerate the docs' matrices from the database.")
+    parser.add_argument("--out", default="reports", help="output folder (default reports/)")
+    parser.add_argument("--runs", nargs="*", help="run ids or hardware labels (default: latest run per sweep and hardware)")
+    parser.add_argument("--splice", type=Path, help="refresh the marked blocks of this markdown file instead")
+    parser.add_argument("--no-plots", action="store_true")
+    options = parser.parse_args(args)
+    from .report import splice_document, write_reports
+
+    engine = _engine(options.db)
+    try:
+        if options.splice:
+            if not options.splice.is_file():
+                sys.exit(f"ckpt-sweep: {options.splice} is not a file")
+            replaced = splice_document(engine, options.splice, options.runs)
+            print(f"{options.splice}: replaced {len(replaced)} block(s): {', '.join(replaced) or '(none matched)'}")
+            return
+        for path in write_reports(engine, Path(options.out), options.runs, with_plots=not options.no_plots):
+            print(path)
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
+
+
+def import_tables(args: list[str]) -> None:
+    parser = _parser("import", "Import the docs' published result tables (provenance 'published').")
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--hardware", help="GPU label for tables without a GPU column")
+    parser.add_argument("--source", help="where the numbers come from (default: the file path)")
+    parser.add_argument("--family", help="family of tables the importer does not know by heading")
+    options = parser.parse_args(args)
+    from .published import import_file
+    from .tables import TableError
+
+    engine = _engine(options.db)
+    try:
+        run_ids = import_file(engine, options.file, hardware=options.hardware, source=options.source, family=options.family)
+    except TableError as error:
+        sys.exit(f"ckpt-sweep: nothing imported: {error}")
+    print(f"imported {len(run_ids)} published run(s): ids {', '.join(map(str, run_ids))}")
+
+
+def diff(args: list[str]) -> None:
+    parser = _parser("diff", "Compare two runs cell by cell (time ratio B/A, memory difference, status changes).")
+    parser.add_argument("a", help="run id or hardware label")
+    parser.add_argument("b", help="run id or hardware label")
+    parser.add_argument("--out", default="reports", help="folder for the markdown and chart (default reports/)")
+    options = parser.parse_args(args)
+    from rich.console import Console
+
+    from .diff import diff_runs, markdown, rich_table
+    from .plots import diff_plot
+
+    engine = _engine(options.db)
+    try:
+        result = diff_runs(engine, options.a, options.b)
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=220)
+    for line in result.environment:
+        console.print(f"env: {line}")
+    console.print(rich_table(result))
+    slug = "".join(c if c.isalnum() else "-" for c in f"{result.label_a}-vs-{result.label_b}").strip("-").lower()
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot = diff_plot(result.cells, result.label_a, result.label_b, out / "plots" / f"diff-{slug}.png")
+    page = out / f"diff-{slug}.md"
+    page.write_text(markdown(result, plot.relative_to(out) if plot else None))
+    print(page)
+
+
+def advise_verb(args: list[str]) -> None:
+    parser = _parser("advise", "Which checkpointing mode to use for a family, shape and card.")
+    parser.add_argument("--family", required=True)
+    parser.add_argument("--vram", required=True, help="card memory, e.g. 48GiB, 24GB, 80")
+    parser.add_argument("--hardware", help="use cells measured on this hardware label")
+    parser.add_argument("--tokens", type=int)
+    parser.add_argument("--preset")
+    parser.add_argument("--quantization", default="none")
+    parser.add_argument("--margin", type=float, default=0.10, help="safety margin as a fraction of the card (default 0.10)")
+    options = parser.parse_args(args)
+    from .advise import advise, parse_size
+    from .report import load_cells, select_runs
+
+    engine = _engine(options.db)
+    try:
+        cells = load_cells(engine, select_runs(engine))
+        print(advise(cells, options.family, parse_size(options.vram), hardware=options.hardware, tokens=options.tokens,
+                     preset=options.preset, quantization=options.quantization, margin=options.margin))
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
+
+
+VERBS = {"run": run, "report": report, "import": import_tables, "diff": diff, "advise": advise_verb}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,9 @@
-"""Result matrices in the docs' format, from the results database."""
+"""`ckpt-sweep report`: the docs' matrices regenerated from the database, as markdown under reports/."""
 from __future__ import annotations
 
-import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 from rich.table import Table
@@ -9,74 +11,160 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from .store import CellResult, Run
+from .tables import FAMILY_MODES, GIB, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS, cell_text, splice, wrap
 
-GIB = 2 ** 30
-NOISE_THRESHOLD = 0.10  # IQR / median above this marks a cell as noisy
-NOISY_MARK = " ~"
-STATUS_TEXT = {"oom": "OOM", "failed": "failed", "unsupported": "unsupported", "timeout": "timeout",
-               "crashed": "crashed", "invalid": "invalid"}
-NOT_RUN = "not run"
-# The docs' column names for the synthetic sweep, in the docs' order.
-SYNTHETIC_COLUMNS = {"none": "No checkpoint", "torch-ffn": "Torch FFN", "unsloth-ffn": "Unsloth FFN",
-                     "layer": "Torch layer", "unsloth": "Unsloth layer"}
-FAMILY_MODE_ORDER = ["none", "activation-offload", "layer", "interval2", "seg2-stride4", "seg2-stride4-offload",
-                     "unsloth", "torch-ffn", "unsloth-ffn"]
+CELL_COLUMNS = ["run_id", "family", "preset", "mode", "quantization", "training", "tokens", "status", "reason",
+                "sec_per_step", "iqr_s", "peak_bytes", "host_offload_peak_bytes"]
 
 
-def cell_text(status: str, sec_per_step: float | None, peak_bytes: int | None, iqr_s: float | None = None) -> str:
-    """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%."""
-    if status != "ok":
-        return STATUS_TEXT.get(status, status)
-    noisy = iqr_s is not None and sec_per_step and not math.isnan(iqr_s) and iqr_s / sec_per_step > NOISE_THRESHOLD
-    return f"{sec_per_step:.4f}s / {peak_bytes / GIB:.2f} GiB" + (NOISY_MARK if noisy else "")
+def load_runs(engine: Engine) -> pd.DataFrame:
+    with engine.connect() as connection:
+        rows = connection.execute(select(Run.id, Run.name, Run.hardware, Run.provenance, Run.source, Run.device,
+                                         Run.started_at, Run.environment)).mappings().all()
+    return pd.DataFrame([dict(r) for r in rows],
+                        columns=["id", "name", "hardware", "provenance", "source", "device", "started_at", "environment"])
+
+
+def select_runs(engine: Engine, selectors: list[str] | None = None) -> list[int]:
+    """Run ids for selectors (run ids or hardware labels); by default the latest run of every
+    (sweep name, hardware, provenance)."""
+    runs = load_runs(engine)
+    if not selectors:
+        latest = runs.sort_values("started_at").groupby(["name", "hardware", "provenance"]).tail(1)
+        return sorted(latest["id"].tolist())
+    chosen = []
+    for selector in selectors:
+        if selector.isdigit() and int(selector) in set(runs["id"]):
+            chosen.append(int(selector))
+            continue
+        matching = runs[runs["hardware"] == selector]
+        if matching.empty:
+            known = ", ".join(sorted(set(runs["hardware"]))) or "(none)"
+            raise ValueError(f"no run with id or hardware {selector!r}; hardware in the database: {known}")
+        latest = matching.sort_values("started_at").groupby(["name", "provenance"]).tail(1)
+        chosen.extend(latest["id"].tolist())
+    return sorted(set(chosen))
 
 
 def load_cells(engine: Engine, run_ids: list[int] | None = None) -> pd.DataFrame:
-    query = select(CellResult, Run.hardware, Run.name.label("run_name"), Run.provenance).join(Run)
+    query = select(CellResult.id.label("cell_id"), *(getattr(CellResult, c) for c in CELL_COLUMNS), Run.hardware,
+                   Run.name.label("run_name"), Run.provenance).join(Run)
     if run_ids is not None:
         query = query.where(CellResult.run_id.in_(run_ids))
-    columns = ["run_id", "family", "preset", "mode", "quantization", "training", "tokens", "status", "reason",
-               "sec_per_step", "iqr_s", "peak_bytes"]
     with engine.connect() as connection:
         rows = connection.execute(query).mappings().all()
-    frame = pd.DataFrame([{**{c: row[CellResult.__table__.c[c]] for c in columns},
-                           "hardware": row["hardware"], "run_name": row["run_name"], "provenance": row["provenance"]}
-                          for row in rows], columns=columns + ["hardware", "run_name", "provenance"])
+    frame = pd.DataFrame([dict(r) for r in rows], columns=["cell_id", *CELL_COLUMNS, "hardware", "run_name", "provenance"])
     frame["text"] = [cell_text(r.status, r.sec_per_step, r.peak_bytes, r.iqr_s) for r in frame.itertuples()]
     return frame
 
 
+@dataclass
+class Matrix:
+    table_id: str
+    family: str
+    sweep: str
+    title: str
+    frame: pd.DataFrame
+    sources: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        return self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _sources(cells: pd.DataFrame) -> list[str]:
+    pairs = cells[["hardware", "provenance"]].drop_duplicates().itertuples(index=False)
+    return [f"{hardware}: {provenance}" for hardware, provenance in pairs]
+
+
 def synthetic_matrix(cells: pd.DataFrame) -> pd.DataFrame:
-    """Rows GPU x Tokens, columns the docs' mode names; absent combinations read `not run`."""
-    cells = cells[cells["mode"].isin(list(SYNTHETIC_COLUMNS))].copy()
-    cells["column"] = cells["mode"].map(SYNTHETIC_COLUMNS)
-    matrix = cells.pivot_table(index=["hardware", "tokens"], columns="column", values="text", aggfunc="last")
-    columns = [c for c in SYNTHETIC_COLUMNS.values() if c in matrix.columns or True]
-    matrix = matrix.reindex(columns=columns).fillna(NOT_RUN)
-    matrix.index = matrix.index.set_names(["GPU", "Tokens"])
-    return matrix.reset_index()
+    """Rows GPU (x Tokens when the sweep has several), columns the docs' mode names; gaps read `not run`."""
+    cells = cells.assign(column=cells["mode"].map(lambda m: SYNTHETIC_COLUMNS.get(m, m)))
+    rows = ["hardware", "tokens"] if cells["tokens"].nunique(dropna=True) > 1 else ["hardware"]
+    matrix = cells.pivot_table(index=rows, columns="column", values="text", aggfunc="last")
+    extra = sorted(set(matrix.columns) - set(SYNTHETIC_COLUMNS.values()))
+    matrix = matrix.reindex(columns=[*SYNTHETIC_COLUMNS.values(), *extra]).fillna(NOT_RUN)
+    matrix.columns.name = None
+    return matrix.reset_index().rename(columns={"hardware": "GPU", "tokens": "Tokens"})
 
 
-def to_markdown(frame: pd.DataFrame) -> str:
-    header = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *rows])
+def family_matrix(cells: pd.DataFrame) -> pd.DataFrame:
+    """Rows precision/quantization (docs order), columns modes (docs order)."""
+    matrix = cells.pivot_table(index="quantization", columns="mode", values="text", aggfunc="last")
+    columns = [m for m in FAMILY_MODES if m in matrix.columns] + sorted(set(matrix.columns) - set(FAMILY_MODES))
+    order = [q for q in QUANTIZATION_ORDER if q in matrix.index] + sorted(set(matrix.index) - set(QUANTIZATION_ORDER))
+    matrix = matrix.reindex(index=order, columns=columns).fillna(NOT_RUN)
+    matrix.columns.name = None
+    return matrix.reset_index().rename(columns={"quantization": "precision"})
+
+
+def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
+    matrices = []
+    for (family, sweep), group in cells.groupby(["family", "run_name"], sort=True):
+        if family == "synthetic":
+            matrices.append(Matrix(f"{family}/{sweep}", family, sweep, f"{family}: {sweep}",
+                                   synthetic_matrix(group), _sources(group)))
+            continue
+        for (hardware, preset), part in group.groupby(["hardware", "preset"], sort=True):
+            matrices.append(Matrix(f"{family}/{sweep}/{_slug(hardware)}/{preset}", family, sweep,
+                                   f"{family}: {sweep}, {preset} on {hardware}", family_matrix(part), _sources(part)))
+    return matrices
+
+
+def family_page(family: str, matrices: list[Matrix], plots: dict[str, list[Path]], out_dir: Path) -> str:
+    parts = [f"# {family}\n", "Each cell: post-warmup sec/step / peak GiB, or a status. `~` marks IQR/median "
+             "over 10%. CPU rows are tracked live tensor bytes on the CPU, not GPU memory.\n"]
+    for matrix in matrices:
+        parts.append(f"## {matrix.title}\n")
+        parts.append("Sources: " + "; ".join(matrix.sources) + "\n")
+        parts.append(wrap(matrix.table_id, matrix.markdown()) + "\n")
+        for plot in plots.get(matrix.table_id, []):
+            parts.append(f"![{plot.stem}]({plot.relative_to(out_dir).as_posix()})\n")
+    return "\n".join(parts)
+
+
+def write_reports(engine: Engine, out_dir: Path, selectors: list[str] | None = None, with_plots: bool = True) -> list[Path]:
+    """reports/<family>.md per family, reports/index.md, and plots; returns the files written."""
+    run_ids = select_runs(engine, selectors)
+    cells = load_cells(engine, run_ids)
+    matrices = build_matrices(cells)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written, plots = [], {}
+    if with_plots:
+        from .plots import matrix_plots
+
+        plots = matrix_plots(cells, matrices, out_dir / "plots")
+        written += [p for paths in plots.values() for p in paths]
+    index = ["# ckpt-sweep reports\n", "Regenerated by `ckpt-sweep report` from the results database.\n",
+             "| family | tables | runs |", "|---|---|---|"]
+    for family in sorted({m.family for m in matrices}):
+        family_matrices = [m for m in matrices if m.family == family]
+        page = out_dir / f"{family}.md"
+        page.write_text(family_page(family, family_matrices, plots, out_dir))
+        written.append(page)
+        sources = sorted({s for m in family_matrices for s in m.sources})
+        index.append(f"| [{family}]({page.name}) | {len(family_matrices)} | {'; '.join(sources)} |")
+    (out_dir / "index.md").write_text("\n".join(index) + "\n")
+    written.append(out_dir / "index.md")
+    return written
+
+
+def splice_document(engine: Engine, document: Path, selectors: list[str] | None = None) -> list[str]:
+    """Replace the marked blocks of an existing docs file in place; returns the table ids replaced."""
+    matrices = {m.table_id: m.markdown() for m in build_matrices(load_cells(engine, select_runs(engine, selectors)))}
+    text, replaced = splice(document.read_text(), matrices)
+    document.write_text(text)
+    return replaced
 
 
 def run_matrix(engine: Engine, run_id: int) -> str:
     cells = load_cells(engine, [run_id])
     if cells.empty:
         return "(no cells recorded)"
-    parts = []
-    synthetic = cells[cells["family"] == "synthetic"]
-    if not synthetic.empty:
-        parts.append(to_markdown(synthetic_matrix(synthetic)))
-    for family, group in cells[cells["family"] != "synthetic"].groupby("family"):
-        matrix = group.pivot_table(index=["hardware", "preset", "quantization"], columns="mode", values="text", aggfunc="last")
-        order = [m for m in FAMILY_MODE_ORDER if m in matrix.columns] + sorted(set(matrix.columns) - set(FAMILY_MODE_ORDER))
-        parts.append(f"{family}\n\n" + to_markdown(matrix.reindex(columns=order).fillna(NOT_RUN).reset_index()))
-    return "\n\n".join(parts)
+    return "\n\n".join(f"{m.title}\n\n{m.markdown()}" for m in build_matrices(cells))
 
 
 def summary_table(results: list[dict]) -> Table:

@@ -167,6 +167,40 @@ def completed_cells(engine: Engine, run_id: int) -> dict[str, str]:
         return dict(session.execute(select(CellResult.cell_key, CellResult.status).where(CellResult.run_id == run_id)).all())
 
 
+def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
+    """Write whole runs in one transaction, replacing the cells of runs that already exist.
+
+    Each run: name, hardware, provenance, source, environment, cells: [(cell dict, key, result, tokens)].
+    """
+    ids = []
+    with Session(engine) as session, session.begin():
+        for spec in runs:
+            run = session.scalar(select(Run).where(Run.name == spec["name"], Run.hardware == spec["hardware"],
+                                                   Run.provenance == spec["provenance"]))
+            if run is None:
+                run = Run(name=spec["name"], hardware=spec["hardware"], provenance=spec["provenance"])
+                session.add(run)
+            run.source, run.environment, run.finished_at = spec.get("source"), spec.get("environment", {}), now()
+            run.cells.clear()
+            session.flush()  # old cells go before new ones with the same keys arrive
+            run.cells = [_cell_row(cell, key, result, tokens=tokens) for cell, key, result, tokens in spec["cells"]]
+            session.flush()
+            ids.append(run.id)
+    return ids
+
+
+def _cell_row(cell: dict, key: str, result: dict, host: str | None = None, tokens: int | None = None) -> CellResult:
+    row = CellResult(
+        cell_key=key, family=cell["family"], preset=cell["preset"], mode=cell["mode"],
+        backend=cell.get("backend"), interval=cell.get("interval"), stride=cell.get("stride"),
+        offload_attention=cell.get("offload_attention"), quantization=cell.get("quantization", "none"),
+        training=cell.get("training"), tokens=tokens, config=cell, host=host,
+        **{k: result.get(k) for k in RESULT_COLUMNS},
+    )
+    row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.get("samples", ()))]
+    return row
+
+
 def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict, host: str | None = None,
                 tokens: int | None = None) -> None:
     """Insert or replace one cell and its samples, in one transaction."""
@@ -175,12 +209,6 @@ def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict,
         if existing is not None:
             session.delete(existing)
             session.flush()
-        row = CellResult(
-            run_id=run_id, cell_key=key, family=cell["family"], preset=cell["preset"], mode=cell["mode"],
-            backend=cell.get("backend"), interval=cell.get("interval"), stride=cell.get("stride"),
-            offload_attention=cell.get("offload_attention"), quantization=cell.get("quantization", "none"),
-            training=cell.get("training"), tokens=tokens, config=cell, host=host,
-            **{k: result.get(k) for k in RESULT_COLUMNS},
-        )
-        row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.get("samples", ()))]
+        row = _cell_row(cell, key, result, host=host, tokens=tokens)
+        row.run_id = run_id
         session.add(row)

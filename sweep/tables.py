@@ -1,0 +1,109 @@
+"""The docs' table vocabulary: cell text, column names, markdown pipe tables and splice markers."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+GIB = 2 ** 30
+NOISE_THRESHOLD = 0.10  # IQR / median above this marks a cell as noisy
+NOISY_MARK = " ~"
+NOT_RUN = "not run"
+STATUS_WORDS = {"OOM": "oom", "failed": "failed", "unsupported": "unsupported", "timeout": "timeout",
+                "crashed": "crashed", "invalid": "invalid"}
+STATUS_TEXT = {status: word for word, status in STATUS_WORDS.items()}
+# The docs' column names for the synthetic sweep, in the docs' order; family matrices use mode names.
+SYNTHETIC_COLUMNS = {"none": "No checkpoint", "torch-ffn": "Torch FFN", "unsloth-ffn": "Unsloth FFN",
+                     "layer": "Torch layer", "unsloth": "Unsloth layer"}
+FAMILY_MODES = ["none", "activation-offload", "layer", "interval2", "seg2-stride4", "seg2-stride4-offload",
+                "unsloth", "torch-ffn", "unsloth-ffn"]
+MODE_BY_COLUMN = {**{label: mode for mode, label in SYNTHETIC_COLUMNS.items()}, **{m: m for m in FAMILY_MODES}}
+QUANTIZATION_ORDER = ["none", "int8-torchao", "fp8-torchao", "int8-sdnq", "int8-sdnq-hadamard"]
+_MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<gib>\d+(?:\.\d+)?) GiB(?P<noisy> ~)?$")
+
+
+def cell_text(status: str, sec_per_step: float | None, peak_bytes: int | None, iqr_s: float | None = None) -> str:
+    """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%."""
+    if status != "ok":
+        return STATUS_TEXT.get(status, status)
+    noisy = iqr_s is not None and not math.isnan(iqr_s) and sec_per_step and iqr_s / sec_per_step > NOISE_THRESHOLD
+    return f"{sec_per_step:.4f}s / {peak_bytes / GIB:.2f} GiB" + (NOISY_MARK if noisy else "")
+
+
+def parse_cell(text: str) -> dict | None:
+    """The inverse of cell_text: a result dict, None for `not run`; ValueError when unparseable."""
+    text = text.strip()
+    if text == NOT_RUN:
+        return None
+    if text in STATUS_WORDS:
+        return {"status": STATUS_WORDS[text]}
+    match = _MEASURED.match(text)
+    if not match:
+        raise ValueError(f"cannot parse cell {text!r}: expected '0.0166s / 4.43 GiB' or one of "
+                         f"{', '.join([*STATUS_WORDS, NOT_RUN])}")
+    return {"status": "ok", "sec_per_step": float(match["sec"]), "peak_bytes": round(float(match["gib"]) * GIB)}
+
+
+@dataclass
+class MarkdownTable:
+    heading: str | None  # the nearest heading above the table
+    header: list[str]
+    rows: list[tuple[int, list[str]]]  # (line number, cells)
+    line: int
+
+
+class TableError(ValueError):
+    pass
+
+
+def _split(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def parse_tables(text: str, source: str) -> list[MarkdownTable]:
+    """Every pipe table of a markdown document; ragged rows are a TableError naming file and line."""
+    tables, heading, lines = [], None, text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        is_table = line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|?\s*:?-{3,}", lines[i + 1].strip())
+        if not is_table:
+            i += 1
+            continue
+        header = _split(line)
+        table = MarkdownTable(heading, header, [], i + 1)
+        i += 2
+        while i < len(lines) and lines[i].strip().startswith("|"):
+            cells = _split(lines[i])
+            if len(cells) != len(header):
+                raise TableError(f"{source}:{i + 1}: row has {len(cells)} cells, the header has {len(header)}")
+            table.rows.append((i + 1, cells))
+            i += 1
+        tables.append(table)
+    return tables
+
+
+def marker(table_id: str) -> tuple[str, str]:
+    return f"<!-- sweep-matrix:start:{table_id} -->", f"<!-- sweep-matrix:end:{table_id} -->"
+
+
+def wrap(table_id: str, body: str) -> str:
+    start, end = marker(table_id)
+    return f"{start}\n{body.strip()}\n{end}"
+
+
+def splice(document: str, tables: dict[str, str]) -> tuple[str, list[str]]:
+    """Replace each marked block whose id is in `tables`; returns the text and the ids replaced."""
+    replaced = []
+
+    def substitute(match: re.Match) -> str:
+        table_id = match["id"]
+        if table_id not in tables:
+            return match[0]
+        replaced.append(table_id)
+        return wrap(table_id, tables[table_id])
+
+    pattern = re.compile(r"<!-- sweep-matrix:start:(?P<id>[^ ]+) -->.*?<!-- sweep-matrix:end:(?P=id) -->", re.S)
+    return pattern.sub(substitute, document), replaced

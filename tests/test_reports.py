@@ -1,0 +1,206 @@
+"""Published-table import, report round trip, diff, splice and advise."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweep.advise import advise, parse_size
+from sweep.diff import diff_runs, markdown
+from sweep.published import BUNDLED, import_file
+from sweep.report import build_matrices, load_cells, select_runs, splice_document, write_reports
+from sweep.store import open_store
+from sweep.tables import TableError, parse_tables
+from tests.sweep_helpers import ROOT, query
+
+PUBLISHED = BUNDLED / "unsloth-synthetic.md"
+
+
+@pytest.fixture
+def engine(tmp_path):
+    engine = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    import_file(engine, PUBLISHED)
+    return engine
+
+
+def cells_of(markdown_text: str, source: str) -> dict[tuple, str]:
+    """(GPU, Tokens or '', column) -> cell text, for every table of a document."""
+    found = {}
+    for table in parse_tables(markdown_text, source):
+        for _, cells in table.rows:
+            row = dict(zip(table.header, cells))
+            for column, text in row.items():
+                if column not in ("GPU", "Tokens"):
+                    found[(table.heading if "Tokens" in row else "large", row["GPU"], row.get("Tokens", ""), column)] = text
+    return found
+
+
+def test_import_then_report_reproduces_every_published_cell(engine, tmp_path):
+    written = write_reports(engine, tmp_path / "reports", with_plots=False)
+    report = (tmp_path / "reports" / "synthetic.md").read_text()
+    published = {(("large" if k[0] == "large" else "packed"), *k[1:]): v
+                 for k, v in cells_of(PUBLISHED.read_text(), "published").items()}
+    regenerated = {(("large" if k[0] == "large" else "packed"), *k[1:]): v
+                   for k, v in cells_of(report, "report").items()}
+    assert len(published) == 6 * 5 + 2 * 5
+    assert regenerated == published
+    assert tmp_path / "reports" / "index.md" in written
+
+
+def test_reimport_replaces_instead_of_duplicating(engine, tmp_path):
+    import_file(engine, PUBLISHED)
+    assert query(tmp_path / "r.db", "select count(*) from runs") == [(4,)]
+    assert query(tmp_path / "r.db", "select count(*) from cells") == [(40,)]
+    assert query(tmp_path / "r.db", "select distinct provenance from runs") == [("published",)]
+
+
+def test_diff_of_the_published_runs(engine):
+    result = diff_runs(engine, "H100 80GB", "L40S")
+    cells = result.cells.set_index(["preset", "mode"])
+    assert len(cells) == 20
+    assert cells.loc[("packed-16384", "none"), "ratio"] == pytest.approx(1.8153 / 0.8781)
+    assert cells.loc[("large-3072", "unsloth"), "ratio"] == pytest.approx(0.6864 / 0.2722)
+    assert cells.loc[("packed-1024", "layer"), "memory_diff_gib"] == pytest.approx(3.60 - 3.64, abs=1e-9)
+    published = cells_of(PUBLISHED.read_text(), "p")
+    for (heading, gpu, tokens, column), text in published.items():
+        if gpu != "H100 80GB":
+            continue
+        other = published[(heading, "L40S", tokens, column)]
+        ratio = float(other.split("s /")[0]) / float(text.split("s /")[0])
+        preset = f"packed-{tokens}" if tokens else "large-3072"
+        mode = {"No checkpoint": "none", "Torch FFN": "torch-ffn", "Unsloth FFN": "unsloth-ffn",
+                "Torch layer": "layer", "Unsloth layer": "unsloth"}[column]
+        assert cells.loc[(preset, mode), "ratio"] == pytest.approx(ratio)
+    assert set(result.cells["significance"]) == {"no samples (published or predicted)"}
+    assert result.transitions.empty
+    assert markdown(result) == markdown(diff_runs(engine, "H100 80GB", "L40S"))  # stable output
+
+
+def test_status_transitions_come_first(engine, tmp_path):
+    changed = PUBLISHED.read_text().replace("| L40S | 16384 | 1.8153s / 19.35 GiB |", "| L40S | 16384 | OOM |")
+    changed = changed.replace("| 2.4218s / 5.36 GiB |", "| not run |")
+    source = tmp_path / "l40s-tight.md"
+    source.write_text(changed.replace("L40S", "L40S tight"))
+    import_file(engine, source)
+    result = diff_runs(engine, "H100 80GB", "L40S tight")
+    transitions = result.transitions
+    assert list(transitions["transition"][:2]) == ["fits on H100 80GB, OOM on L40S tight",
+                                                   "H100 80GB: ok, L40S tight: not run"]
+    assert result.cells.index[: len(transitions)].tolist() == list(range(len(transitions)))
+    text = markdown(result)
+    assert "- synthetic packed-16384 none none: fits on H100 80GB, OOM on L40S tight" in text
+
+
+def test_measured_samples_are_judged_with_mann_whitney(tmp_path):
+    from sweep import store
+
+    engine = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    cell = {"family": "f", "preset": "p", "mode": "none", "quantization": "none", "training": "lora"}
+
+    def run(name, seconds):
+        samples = [(s, False) for s in seconds]
+        result = {"status": "ok", "sec_per_step": sorted(seconds)[len(seconds) // 2], "peak_bytes": 2 ** 30,
+                  "samples": samples}
+        return {"name": "s", "hardware": name, "provenance": "measured", "cells": [(cell, "k", result, 16)]}
+
+    store.replace_runs(engine, [run("A", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]),
+                                run("B", [1.5, 1.49, 1.52, 1.51, 1.5, 1.48]),
+                                run("C", [1.0, 1.02, 0.99, 1.01, 0.98, 1.0])])
+    assert diff_runs(engine, "A", "B").cells["significance"][0].startswith("slower (p=")
+    assert diff_runs(engine, "A", "C").cells["significance"][0].startswith("not significant")
+
+
+def test_splice_replaces_marked_blocks_only_and_is_idempotent(engine, tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Title\n\nProse before.\n\n<!-- sweep-matrix:start:synthetic/packed-latents -->\nold table\n"
+                   "<!-- sweep-matrix:end:synthetic/packed-latents -->\n\nProse between | with a pipe.\n\n"
+                   "<!-- sweep-matrix:start:synthetic/large-shape -->\n<!-- sweep-matrix:end:synthetic/large-shape -->\n"
+                   "\n<!-- sweep-matrix:start:unknown/table -->\nkept\n<!-- sweep-matrix:end:unknown/table -->\nEnd.\n")
+    replaced = splice_document(engine, doc)
+    assert replaced == ["synthetic/packed-latents", "synthetic/large-shape"]
+    text = doc.read_text()
+    assert text.startswith("# Title\n\nProse before.\n\n") and "Prose between | with a pipe." in text
+    assert "old table" not in text and "kept" in text and text.endswith("End.\n")
+    assert "| H100 80GB | 16384    | 0.8781s / 19.39 GiB" in text
+    assert "| L40S      | 0.5045s / 14.51 GiB" in text
+    splice_document(engine, doc)
+    assert doc.read_text() == text
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("| H100 80GB | 4096 | 0.0948s / 7.43 GiB |", "| H100 80GB | 4096 |"), ":12: row has 6 cells, the header has 7"),
+    (lambda t: t.replace("| Torch FFN | Unsloth FFN | Torch layer | Unsloth layer |\n|---|---|---|---|---|---|---|",
+                         "| Torch FFN | Unsloth FFN | Torch layer | Warp drive |\n|---|---|---|---|---|---|---|"),
+     ":9: unknown column 'Warp drive'"),
+    (lambda t: t.replace("0.5932s / 10.88 GiB", "fast-ish"), ":25: column 'Unsloth FFN': cannot parse cell 'fast-ish'"),
+    (lambda t: t.replace("| L40S | 16384 |", "| L40S | many |"), ":16: Tokens cell 'many' is not a whole number"),
+])
+def test_malformed_imports_name_file_line_and_cell_and_change_nothing(engine, tmp_path, edit, message):
+    bad = tmp_path / "bad.md"
+    original = PUBLISHED.read_text()
+    edited = edit(original)
+    assert edited != original
+    bad.write_text(edited.replace("H100 80GB", "H200"))
+    before = query(tmp_path / "r.db", "select * from cells order by id")
+    with pytest.raises(TableError) as error:
+        import_file(engine, bad)
+    assert str(error.value).startswith(str(bad)) and message in str(error.value)
+    assert query(tmp_path / "r.db", "select * from cells order by id") == before
+    assert query(tmp_path / "r.db", "select count(*) from runs where hardware = 'H200'") == [(0,)]
+
+
+def test_import_cli_reports_errors_and_success(tmp_path):
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    ok = subprocess.run([sys.executable, "-m", "sweep.cli", "import", str(PUBLISHED), "--db", db],
+                        capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "imported 4 published run(s)" in ok.stdout
+    missing = subprocess.run([sys.executable, "-m", "sweep.cli", "import", str(tmp_path / "nope.md"), "--db", db],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode != 0 and "nothing imported: cannot read" in missing.stderr
+    bad_url = subprocess.run([sys.executable, "-m", "sweep.cli", "report", "--db", "postgresql+nodriver://x/y"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert bad_url.returncode != 0 and "cannot use database URL" in bad_url.stderr
+
+
+HAND_CHECKED = pd.DataFrame([
+    # mode, status, sec/step, peak GiB
+    ("none", "ok", 1.00, 30.0), ("torch-ffn", "ok", 1.05, 22.0), ("unsloth-ffn", "ok", 1.12, 20.0),
+    ("layer", "ok", 1.30, 12.0), ("unsloth", "ok", 1.36, 10.5), ("interval2", "oom", None, None),
+], columns=["mode", "status", "sec_per_step", "gib"]).assign(
+    family="toy", preset="p", tokens=4096, quantization="none", hardware="GPU X", provenance="measured",
+    peak_bytes=lambda f: (f["gib"] * 2 ** 30).round(), text=lambda f: f["mode"])
+
+
+@pytest.mark.parametrize("vram, expected", [
+    ("40GiB", "none"),  # fits: leave checkpointing off
+    ("24GiB", "unsloth-ffn"),  # budget 21.6: torch-ffn (22) is over, unsloth-ffn (20) fits
+    ("25GiB", "torch-ffn"),  # budget 22.5
+    ("14GiB", "layer"),  # budget 12.6
+    ("12GiB", "unsloth"),  # budget 10.8
+    ("10GiB", None),  # nothing fits
+])
+def test_advise_applies_the_docs_rule(vram, expected):
+    advice = advise(HAND_CHECKED, "toy", parse_size(vram))
+    assert advice.mode == expected
+    if expected is None:
+        assert "nothing recorded fits" in str(advice) and "closest: unsloth at 10.50 GiB" in str(advice)
+    else:
+        assert f"use: {expected}" in str(advice)
+    assert "interval2" in str(advice)  # the OOM cell is listed as not completed
+
+
+def test_advise_rejects_unknown_input():
+    with pytest.raises(ValueError, match="cannot read memory size 'lots'"):
+        parse_size("lots")
+    with pytest.raises(ValueError, match="no recorded cells for family 'other'"):
+        advise(HAND_CHECKED, "other", parse_size("48GiB"))
+    assert parse_size("24GB") == 24 * 10 ** 9 and parse_size("80") == 80 * 2 ** 30
+
+
+def test_report_selects_runs_by_hardware(engine):
+    with pytest.raises(ValueError, match="no run with id or hardware 'TPU'"):
+        select_runs(engine, ["TPU"])
+    matrices = build_matrices(load_cells(engine, select_runs(engine, ["L40S"])))
+    assert {m.table_id for m in matrices} == {"synthetic/packed-latents", "synthetic/large-shape"}
+    assert all(set(m.frame["GPU"]) == {"L40S"} for m in matrices)
