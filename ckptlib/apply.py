@@ -8,6 +8,7 @@ the region pass their input through. The model's forward loop stays unchanged, s
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,17 +33,60 @@ class CallConvention:
 
     next_inputs(output, args, kwargs) -> (args, kwargs) of the next block's call.
     passthrough(args, kwargs) -> what a block returns when it only hands its inputs on.
+    by_name: calls are first bound to the block's signature, so args is () and kwargs holds every
+    argument by name, however the model's loop passed them.
     """
 
     next_inputs: Callable[[Any, tuple, dict], tuple[tuple, dict]]
     passthrough: Callable[[tuple, dict], Any]
+    by_name: bool = False
+
+    @classmethod
+    def state(cls, *names: str) -> CallConvention:
+        """Blocks return the named arguments, in this order, as their new values (Flux:
+        `encoder_hidden_states, hidden_states = block(hidden_states=..., encoder_hidden_states=...)`)."""
+        def next_inputs(out, args, kwargs):
+            values = out if len(names) > 1 else (out,)
+            return (), {**kwargs, **dict(zip(names, values, strict=True))}
+
+        def passthrough(args, kwargs):
+            values = tuple(kwargs[name] for name in names)
+            return values if len(names) > 1 else values[0]
+
+        return cls(next_inputs, passthrough, by_name=True)
+
+    @classmethod
+    def leading(cls, count: int) -> CallConvention:
+        """Blocks return new values for their first `count` positional arguments, in order
+        (HunyuanVideo: `hidden, encoder = block(hidden, encoder, temb, ...)`)."""
+        def next_inputs(out, args, kwargs):
+            values = out if count > 1 else (out,)
+            return (*values, *args[count:]), kwargs
+
+        def passthrough(args, kwargs):
+            return tuple(args[:count]) if count > 1 else args[0]
+
+        return cls(next_inputs, passthrough)
 
 
 # x = block(x, *other_args, **kwargs)
-FIRST_ARG = CallConvention(
-    next_inputs=lambda out, args, kwargs: ((out, *args[1:]), kwargs),
-    passthrough=lambda args, kwargs: args[0],
-)
+FIRST_ARG = CallConvention.leading(1)
+
+
+def _by_name(forward: Callable, args: tuple, kwargs: dict) -> dict:
+    signature = inspect.signature(forward)
+    bound = signature.bind(*args, **kwargs)
+    named = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            if value:
+                raise UnsupportedModeError(f"cannot pass {name} (*args) of {forward.__qualname__} by name")
+        else:
+            named[name] = value
+    return named
 
 
 @dataclass(frozen=True)
@@ -60,6 +104,7 @@ class BlockSpec:
     feed_forward: Sequence[str] = ()
     conventions: Mapping[str, CallConvention | None] = field(default_factory=dict)
     name: str = "model"
+    reasons: Mapping[str, str] = field(default_factory=dict)  # capability -> why the model lacks it
 
     def convention(self, block_list: str) -> CallConvention | None:
         return self.conventions.get(block_list, FIRST_ARG)
@@ -145,8 +190,15 @@ class CheckpointHandle:
         return self._offloader.hooks() if self._offloader is not None else contextlib.nullcontext()
 
     def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict):
+        # Keyword tensors go in positionally: checkpoint saves (and the offload hook sees) only
+        # positional tensors; keyword ones would be kept alive by the closure instead.
+        names = list(kwargs)
+
+        def run(*values):
+            return fn(*values[: len(args)], **dict(zip(names, values[len(args):])))
+
         with self._offload_context() if offload else contextlib.nullcontext():
-            return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+            return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
 
     def region_forward(self, blocks: list[nn.Module], originals: list[Callable], convention: CallConvention) -> Callable:
         def run_blocks(*args, **kwargs):
@@ -162,6 +214,8 @@ class CheckpointHandle:
         def forward(*args, **kwargs):
             if not torch.is_grad_enabled():  # nothing to save: every block runs as itself
                 return originals[0](*args, **kwargs)
+            if convention.by_name:
+                args, kwargs = (), _by_name(originals[0], args, kwargs)
             self._counters.regions_run += 1
             self._pending_passthrough.update(id(b) for b in blocks[1:])
             return self._checkpointed(run_blocks, self.config.offloads_regions, args, kwargs)
@@ -178,6 +232,8 @@ class CheckpointHandle:
                     "grouped regions need the model to call its blocks in order"
                 )
             self._pending_passthrough.discard(id(block))
+            if convention.by_name:
+                args, kwargs = (), _by_name(original, args, kwargs)
             return convention.passthrough(args, kwargs)
 
         return forward
@@ -240,9 +296,11 @@ def _block_list(model: nn.Module, path: str, spec: BlockSpec) -> nn.ModuleList:
 
 def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dict[str, nn.ModuleList]) -> None:
     if config.ffn_only and not spec.feed_forward:
-        raise UnsupportedModeError(f"{spec.name}: backend {config.backend} needs a feed-forward boundary, and the model declares none")
+        reason = spec.reasons.get("feed_forward", "the model declares no feed-forward boundary")
+        raise UnsupportedModeError(f"{spec.name}: backend {config.backend} unsupported: {reason}")
     if config.offload_attention and not spec.attention:
-        raise UnsupportedModeError(f"{spec.name}: offload_attention needs attention submodules, and the model declares none")
+        reason = spec.reasons.get("attention", "the model declares no attention submodules")
+        raise UnsupportedModeError(f"{spec.name}: offload_attention unsupported: {reason}")
     if (config.interval or 1) > 1 and not config.ffn_only:
         ungroupable = [p for p in block_lists if spec.convention(p) is None]
         if ungroupable:

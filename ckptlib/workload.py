@@ -24,12 +24,15 @@ class Workload:
     target: torch.Tensor | None = None
     optimizer: torch.optim.Optimizer | None = None
     grad_inputs: tuple[torch.Tensor, ...] = ()  # inputs that collect gradients (frozen training)
+    tokens: int | None = None
 
     def step(self) -> torch.Tensor:
         for t in self.grad_inputs:
             t.grad = None
-        out = self.model(*self.args, **self.kwargs)
-        out = out[0] if isinstance(out, (tuple, list)) else out
+        out = prediction(self.model(*self.args, **self.kwargs))
+        if self.target is None:  # the prediction's shape is the family's business: draw it once
+            generator = torch.Generator(device=out.device).manual_seed(1234)
+            self.target = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
         loss = F.mse_loss(out.float(), self.target.float())
         loss.backward()
         if self.optimizer is not None:
@@ -40,6 +43,18 @@ class Workload:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+
+def prediction(output) -> torch.Tensor:
+    """The denoiser's prediction from whatever a model returns: a tensor, a tuple whose first item
+    is it, or a per-sample list (Z-Image)."""
+    while isinstance(output, (tuple, list)) and not isinstance(output[0], torch.Tensor):
+        output = output[0]
+    if isinstance(output, (tuple, list)):
+        if isinstance(output, list) and len(output) > 1 and all(isinstance(o, torch.Tensor) for o in output):
+            return torch.stack(output)
+        output = output[0]
+    return output
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:

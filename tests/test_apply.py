@@ -192,8 +192,8 @@ def test_ungroupable_lists_refuse_intervals_but_allow_per_block():
 
 
 @pytest.mark.parametrize("config, message", [
-    (CheckpointConfig("torch-ffn"), "toy: backend torch-ffn needs a feed-forward boundary"),
-    (CheckpointConfig("torch", offload_attention=True), "toy: offload_attention needs attention submodules"),
+    (CheckpointConfig("torch-ffn"), "toy: backend torch-ffn unsupported: the model declares no feed-forward boundary"),
+    (CheckpointConfig("torch", offload_attention=True), "toy: offload_attention unsupported: the model declares no attention"),
 ])
 def test_missing_capabilities_raise_instead_of_running_another_mode(config, message):
     with pytest.raises(UnsupportedModeError, match=message):

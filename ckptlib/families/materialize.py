@@ -1,0 +1,49 @@
+"""Build a diffusers model from a config without downloads and without full-size host copies.
+
+Parameters are created on the meta device with real buffers (accelerate's init_empty_weights, what
+from_pretrained(low_cpu_mem_usage=True) uses), then materialised on the target device in the target
+dtype (the class's _keep_in_fp32_modules stay fp32), buffers restored, parameters randomly filled.
+A plain `to_empty` would wipe registered buffers (position embeddings, rotary tables).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def build_on_meta(cls, config: dict) -> nn.Module:
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        return cls(**config)
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _keeps_fp32(model: nn.Module, name: str) -> bool:
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    return any(part in keep for part in name.split("."))
+
+
+def materialize(model: nn.Module, device: str | torch.device, dtype: torch.dtype, seed: int = 0) -> nn.Module:
+    """Meta parameters -> random parameters on `device`; buffers keep their values."""
+    buffers = {name: buffer for name, buffer in model.named_buffers()}
+    for name, param in model.named_parameters():  # still on meta: casting costs nothing
+        param.data = param.data.to(torch.float32 if _keeps_fp32(model, name) else dtype)
+    model.to_empty(device=device)
+    for name, buffer in buffers.items():
+        module_name, _, attr = name.rpartition(".")
+        owner = model.get_submodule(module_name) if module_name else model
+        owner._buffers[attr] = buffer.to(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.zero_()
+            elif param.dim() == 1:  # norm scales
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02, generator=generator)
+    return model

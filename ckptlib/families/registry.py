@@ -1,0 +1,153 @@
+"""The family registry: one declarative entry per docs family (see entries.py)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..apply import BlockSpec, CallConvention, UnsupportedModeError
+from ..workload import Workload, adamw_for, default_dtype, make_trainable
+from .materialize import build_on_meta, materialize
+
+DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
+
+
+@dataclass(frozen=True)
+class FamilyShape:
+    """One training input: image (height x width) or video (frames) latents, text tokens, batch."""
+
+    height: int
+    width: int
+    frames: int | None = None
+    batch: int = 1
+    text_tokens: int = 64
+
+    @property
+    def tokens(self) -> int:
+        return self.height * self.width * (self.frames or 1)  # in latent pixels; families refine via patch
+
+
+@dataclass(frozen=True)
+class Preset:
+    config: Mapping[str, Any]  # constructor overrides on top of the class defaults
+    shape: FamilyShape  # the docs' training shape (real presets) or a tiny one
+    params_b: float | None = None  # published size in billions (checked on meta)
+
+
+InputMaker = Callable[[Any, FamilyShape, torch.device, torch.dtype, torch.Generator], dict]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # registry key: family=<name> in sweeps
+    docs_name: str
+    cls: str | None  # diffusers class; None: the installed diffusers has none
+    presets: Mapping[str, Preset] = field(default_factory=dict)
+    inputs: InputMaker | None = None
+    block_lists: Mapping[str, CallConvention | None] = field(default_factory=dict)
+    attention: tuple[str, ...] = ()
+    feed_forward: tuple[str, ...] = ()
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    latents_arg: str = "hidden_states"  # the noisy latents among the forward's arguments
+    setup: Callable[[], None] | None = None  # run once before building (shims for optional imports)
+    blocks_note: str = ""  # what a "block" is for this family, where it is not a transformer block
+    reasons: Mapping[str, str] = field(default_factory=dict)  # "attention" / "feed_forward" -> why not offered
+    unsupported: str | None = None  # why the family cannot be built at all
+
+    @property
+    def spec(self) -> BlockSpec:
+        return BlockSpec(block_lists=list(self.block_lists), attention=self.attention, feed_forward=self.feed_forward,
+                         conventions=dict(self.block_lists), name=self.docs_name, reasons=self.reasons)
+
+    def model_class(self):
+        if self.unsupported:
+            raise UnsupportedModeError(f"{self.docs_name}: {self.unsupported}")
+        import diffusers
+
+        cls = getattr(diffusers, self.cls, None)
+        if cls is None:
+            raise UnsupportedModeError(f"{self.docs_name}: diffusers {diffusers.__version__} has no {self.cls}")
+        return cls
+
+    def preset(self, name: str) -> Preset:
+        if self.unsupported:
+            raise UnsupportedModeError(f"{self.docs_name}: {self.unsupported}")
+        if name not in self.presets:
+            raise ValueError(f"{self.name}: unknown preset {name!r}; valid presets: {', '.join(self.presets)}")
+        return self.presets[name]
+
+    def config(self, preset: str) -> dict:
+        return dict(self.preset(preset).config)
+
+    def build_meta(self, preset: str) -> nn.Module:
+        cls = self.model_class()
+        if self.setup is not None:
+            self.setup()
+        return build_on_meta(cls, self.config(preset))
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register(*families: Family) -> None:
+    for family in families:
+        if family.name in FAMILIES:
+            raise ValueError(f"family {family.name!r} registered twice")
+        FAMILIES[family.name] = family
+
+
+def get(name: str) -> Family:
+    from . import entries  # noqa: F401 - fills the registry
+
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; known families: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[name]
+
+
+def resolve_shape(family: str, preset: str, **overrides) -> FamilyShape:
+    shape = get(family).preset(preset).shape
+    return replace(shape, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def build(family: str, preset: str = "tiny", training: str = "lora", device: str = "cpu", lora_rank: int = 16,
+          seed: int = 0, dtype: torch.dtype | None = None, **shape_overrides) -> Workload:
+    """A family's training step: random weights, the family's inputs, flow-matching-style MSE."""
+    entry = get(family)
+    shape = resolve_shape(family, preset, **shape_overrides)
+    dtype = dtype or default_dtype(device)
+    device = torch.device(device)
+    model = materialize(entry.build_meta(preset), device, dtype, seed)
+    model = make_trainable(model, training, list(entry.lora_targets), lora_rank)
+    model.train()
+    generator = torch.Generator(device=device).manual_seed(seed + 1)
+    kwargs = entry.inputs(model.config, shape, device, dtype, generator)
+    kwargs["return_dict"] = False
+    grad_inputs = ()
+    if training == "frozen":  # gradients flow to the latents only
+        latents = kwargs[entry.latents_arg]
+        grad_inputs = tuple(latents) if isinstance(latents, list) else (latents,)
+        for t in grad_inputs:
+            t.requires_grad_(True)
+    return Workload(model=model, spec=entry.spec, kwargs=kwargs, target=None, optimizer=adamw_for(model),
+                    grad_inputs=grad_inputs, tokens=None)
+
+
+class FamilyBuilder:
+    """What a sweep's family config points at (`_target_: ckptlib.families.builders.flux1`):
+    a build function with the family's presets and shapes attached for validation and labels."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @property
+    def presets(self) -> list[str]:
+        return list(get(self.name).presets)
+
+    def resolve_shape(self, preset: str, **overrides) -> FamilyShape:
+        return resolve_shape(self.name, preset, **overrides)
+
+    def __call__(self, preset: str = "tiny", **kwargs) -> Workload:
+        return build(self.name, preset, **kwargs)
