@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -309,9 +310,14 @@ def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dic
             )
 
 
-def _submodules(block: nn.Module, names: Sequence[str]) -> list[nn.Module]:
+def find_submodules(block: nn.Module, names: Sequence[str]) -> list[nn.Module]:
+    """Submodules of a block by path; `*` matches any one path part (`transformer_blocks.*.attn1`)."""
     found = []
     for name in names:
+        if "*" in name:
+            pattern = re.compile(re.escape(name).replace(r"\*", r"[^.]+") + "$")
+            found += [m for path, m in block.named_modules() if pattern.match(path)]
+            continue
         try:
             found.append(block.get_submodule(name))
         except AttributeError:
@@ -332,12 +338,12 @@ def _apply_plan(handle: CheckpointHandle, config: CheckpointConfig, spec: BlockS
                 handle._patch(member, handle.passthrough_forward(member, convention, original))
     if config.ffn_only:
         for i in block_plan.checkpointed_blocks:
-            for ffn in _submodules(blocks[i], spec.feed_forward):
+            for ffn in find_submodules(blocks[i], spec.feed_forward):
                 handle._patch(ffn, handle.ffn_forward(ffn.forward))
     if config.offload_attention:
         recomputed = set(block_plan.checkpointed_blocks) if whole_block else set()
         for i, block in enumerate(blocks):
-            attention = _submodules(block, spec.attention)
+            attention = find_submodules(block, spec.attention)
             if i in recomputed:
                 handle.attention_offload_skipped += len(attention)
                 continue

@@ -5,6 +5,7 @@ import torch
 
 import ckptlib
 from ckptlib import CheckpointConfig, UnsupportedModeError
+from ckptlib.apply import find_submodules
 from ckptlib.families import FAMILIES, build, get
 from ckptlib.families import entries  # noqa: F401 - fills the registry
 
@@ -26,16 +27,13 @@ def gradients(name, config):
     work = build(name, "tiny", training="full")
     work.optimizer = None  # keep the gradients for comparison
     handle = ckptlib.apply(work.model, config, work.spec) if config is not None else None
+    torch.manual_seed(0)  # dropout draws (Stable Cascade trains with dropout)
     loss = work.step()
     return loss, {n: p.grad for n, p in work.model.named_parameters()}, handle
 
 
-def _has(module, path):
-    try:
-        module.get_submodule(path)
-        return True
-    except AttributeError:
-        return False
+def handle_free_spec(name):
+    return build(name, "tiny").spec
 
 
 _references = {}
@@ -58,7 +56,8 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
         # Only a declared gap may refuse, and it must say which family and why.
         assert str(error).startswith(family.docs_name + ":")
         declared = ((config.ffn_only and not family.feed_forward) or (config.offload_attention and not family.attention)
-                    or ((config.interval or 1) > 1 and not config.ffn_only and None in family.block_lists.values()))
+                    or ((config.interval or 1) > 1 and not config.ffn_only
+                        and None in handle_free_spec(name).conventions.values()))
         assert declared, str(error)
         return
     assert torch.equal(loss, reference_loss)
@@ -72,8 +71,8 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
     assert report.regions_run == (sum(len(p.regions) for p in plans.values()) if whole_block else 0)
     assert report.blocks_recomputed == (sum(len(p.checkpointed_blocks) for p in plans.values()) if whole_block else 0)
     if config.ffn_only:
-        declared = sum(1 for path, p in plans.items() for i in p.checkpointed_blocks for ffn in family.feed_forward
-                       if _has(handle.model.get_submodule(path)[i], ffn))
+        declared = sum(len(find_submodules(handle.model.get_submodule(path)[i], family.feed_forward))
+                       for path, p in plans.items() for i in p.checkpointed_blocks)
         assert report.ffn_regions_run == declared > 0
         # an FFN whose output nothing uses (the text stream after the last joint block) is never recomputed
         assert 0 < report.ffn_recomputed <= report.ffn_regions_run
@@ -83,17 +82,16 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
 
 @pytest.mark.parametrize("name", BUILDABLE)
 def test_real_presets_have_their_published_size(name):
+    """Sizes from the design notes where they give one; every real preset builds on meta either way."""
     family = get(name)
-    checked = 0
-    for preset_name, preset in family.presets.items():
-        if preset.params_b is None:
-            continue
+    real = [p for p in family.presets if p != "tiny"]
+    assert real, f"{name} has no real-size preset"
+    for preset_name in real:
         model = family.build_meta(preset_name)
         assert all(p.device.type == "meta" for p in model.parameters())
         billions = sum(p.numel() for p in model.parameters()) / 1e9
-        assert billions == pytest.approx(preset.params_b, rel=0.01), preset_name
-        checked += 1
-    assert checked >= 1, f"{name} has no real-size preset"
+        expected = family.presets[preset_name].params_b
+        assert billions == pytest.approx(expected, rel=0.01) if expected else billions > 0.1, preset_name
 
 
 def test_families_without_a_class_are_listed_and_unsupported():

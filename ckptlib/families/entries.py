@@ -186,6 +186,151 @@ def cosmos_torchvision_shim() -> None:
         functional=SimpleNamespace(resize=resize), InterpolationMode=SimpleNamespace(NEAREST="nearest"))
 
 
+def flux2_inputs(config, shape, device, dtype, g):
+    h, w, b = shape.height // 16, shape.width // 16, shape.batch
+    img_ids = torch.zeros(h, w, 4, device=device)
+    img_ids[..., 1] = torch.arange(h, device=device)[:, None]
+    img_ids[..., 2] = torch.arange(w, device=device)[None, :]
+    txt_ids = torch.zeros(shape.text_tokens, 4, device=device)
+    txt_ids[:, 3] = torch.arange(shape.text_tokens, device=device)
+    kwargs = {
+        "hidden_states": _randn(g, device, dtype, b, h * w, config.in_channels),
+        "encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens, config.joint_attention_dim),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "img_ids": img_ids.reshape(1, h * w, 4).expand(b, -1, -1),
+        "txt_ids": txt_ids.reshape(1, -1, 4).expand(b, -1, -1),
+    }
+    if config.guidance_embeds:
+        kwargs["guidance"] = torch.full((b,), 4.0, device=device, dtype=dtype)
+    return kwargs
+
+
+def unet_inputs(config, shape, device, dtype, g):
+    b = shape.batch
+    text_dim = config.encoder_hid_dim or config.cross_attention_dim
+    kwargs = {
+        "sample": _randn(g, device, dtype, b, config.in_channels, shape.height // 8, shape.width // 8),
+        "timestep": _timestep(b, device, 1000.0, g),
+        "encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens, text_dim),
+    }
+    if config.addition_embed_type == "text_time":
+        pooled = config.projection_class_embeddings_input_dim - 6 * config.addition_time_embed_dim
+        kwargs["added_cond_kwargs"] = {
+            "text_embeds": _randn(g, device, dtype, b, pooled),
+            "time_ids": torch.tensor([[shape.height, shape.width, 0, 0, shape.height, shape.width]] * b,
+                                     device=device, dtype=dtype),
+        }
+    return kwargs
+
+
+def unet_block_lists(model) -> dict:
+    """Every resnet and transformer list of the down, mid and up blocks; they interleave inside a
+    UNet block, so each module is its own region (no interval or stride grouping)."""
+    lists = {}
+    stages = [(f"down_blocks.{i}", b) for i, b in enumerate(model.down_blocks)] + [("mid_block", model.mid_block)] \
+        + [(f"up_blocks.{i}", b) for i, b in enumerate(model.up_blocks)]
+    for prefix, stage in stages:
+        for kind in ("resnets", "attentions"):
+            if len(getattr(stage, kind, ())):
+                lists[f"{prefix}.{kind}"] = None
+    return lists
+
+
+def stable_cascade_inputs(config, shape, device, dtype, g):
+    b = shape.batch
+    side = max(shape.height // 42, 8)  # stage C latents: 1024 px -> 24 x 24
+    return {
+        "sample": _randn(g, device, dtype, b, config.in_channels, side, side),
+        "timestep_ratio": _timestep(b, device, 1.0, g).to(dtype),
+        "clip_text_pooled": _randn(g, device, dtype, b, 1, config.clip_text_pooled_in_channels),
+        "clip_text": _randn(g, device, dtype, b, shape.text_tokens, config.clip_text_in_channels),
+        "clip_img": _randn(g, device, dtype, b, 1, config.clip_image_in_channels),
+    }
+
+
+def stable_cascade_block_lists(model) -> dict:
+    """Stage C's down/up blocks are flat lists of Res/Timestep/Attention micro-blocks, each called
+    with different extra arguments (and repeated by the repeat mappers): per micro-block regions."""
+    return {**{f"down_blocks.{i}": None for i in range(len(model.down_blocks))},
+            **{f"up_blocks.{i}": None for i in range(len(model.up_blocks))}}
+
+
+def _grid_ids(h, w, axes, device, leading=0):
+    """Position ids (h*w, axes): column 0 (or the time axis) zero, then row and column indices."""
+    ids = torch.zeros(h, w, axes, device=device)
+    ids[..., leading + 1] = torch.arange(h, device=device)[:, None]
+    ids[..., leading + 2] = torch.arange(w, device=device)[None, :]
+    return ids.reshape(h * w, axes)
+
+
+def flux3_inputs(config, shape, device, dtype, g):
+    h, w, b = shape.height // 16, shape.width // 16, shape.batch
+    txt_ids = torch.zeros(shape.text_tokens, 4, device=device)
+    txt_ids[:, 3] = torch.arange(shape.text_tokens, device=device)
+    return {
+        "hidden_states": _randn(g, device, dtype, b, h * w, config.in_channels),
+        "encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens, config.joint_attention_dim),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "img_ids": _grid_ids(h, w, 4, device).to(dtype),
+        "txt_ids": txt_ids.to(dtype),
+    }
+
+
+def krea2_inputs(config, shape, device, dtype, g):
+    h, w, b, t = shape.height // 16, shape.width // 16, shape.batch, shape.text_tokens
+    text_ids = torch.zeros(t, 3, device=device)
+    text_ids[:, 0] = torch.arange(t, device=device)
+    return {
+        "hidden_states": _randn(g, device, dtype, b, h * w, config.in_channels),
+        # hidden states of several text-encoder layers, fused by the model
+        "encoder_hidden_states": _randn(g, device, dtype, b, t, config.num_text_layers, config.text_hidden_dim),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "position_ids": torch.cat([text_ids, _grid_ids(h, w, 3, device)]).long(),
+        "encoder_attention_mask": torch.ones(b, t, device=device, dtype=torch.bool),
+    }
+
+
+def ernie_inputs(config, shape, device, dtype, g):
+    b = shape.batch
+    return {
+        "hidden_states": _randn(g, device, dtype, b, config.in_channels, shape.height // 16, shape.width // 16),
+        "timestep": _timestep(b, device, 1000.0, g),
+        "text_bth": _randn(g, device, dtype, b, shape.text_tokens, config.text_in_dim),
+        "text_lens": torch.full((b,), shape.text_tokens, device=device, dtype=torch.long),
+    }
+
+
+def ideogram4_inputs(config, shape, device, dtype, g):
+    """One packed sequence per sample: text (LLM) tokens, then the image tokens to denoise."""
+    h, w, b, t = shape.height // 16, shape.width // 16, shape.batch, shape.text_tokens
+    length = t + h * w
+    positions = torch.cat([torch.arange(t, device=device)[:, None].expand(t, 3),
+                           _grid_ids(h, w, 3, device).long() + t])
+    indicator = torch.cat([torch.full((t,), 3, device=device), torch.full((h * w,), 2, device=device)])  # LLM, image
+    return {
+        "hidden_states": _randn(g, device, dtype, b, length, config.in_channels),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "encoder_hidden_states": _randn(g, device, dtype, b, length, config.llm_features_dim),
+        "position_ids": positions.long()[None].expand(b, -1, -1),
+        "segment_ids": torch.zeros(b, length, device=device, dtype=torch.long),
+        "indicator": indicator.long()[None].expand(b, -1),
+    }
+
+
+def longcat_inputs(config, shape, device, dtype, g):
+    kwargs = flux_inputs(config, shape, device, dtype, g, pooled=False)
+    kwargs["img_ids"][:, 0] = 1.0  # image tokens sit after the text tokens on the first axis
+    return kwargs
+
+
+def anyflow_inputs(config, shape, device, dtype, g):
+    kwargs = wan_inputs(config, shape, device, dtype, g)
+    latents = kwargs["hidden_states"].transpose(1, 2).contiguous()  # (B, frames, C, H, W)
+    per_frame = kwargs["timestep"][:, None].expand(-1, latents.shape[1]).contiguous()  # one time per frame
+    kwargs.update(hidden_states=latents, timestep=per_frame, r_timestep=per_frame * 0.5)  # r: the target time
+    return kwargs
+
+
 # ---- entries ------------------------------------------------------------------------------------------
 
 IMAGE_1024 = FamilyShape(height=1024, width=1024, text_tokens=512)
@@ -394,3 +539,169 @@ register(*(Family(name=name, docs_name=docs_name, cls=None, unsupported=NO_CLASS
     ("boogu-image", "Boogu Image"), ("heartmula", "HeartMula"), ("longcat-video", "LongCat Video"),
     ("mageflow", "MageFlow"), ("wan-s2v", "Wan S2V"), ("zlab-i1", "ZLab I1"),
 ]))
+
+UNET_ATTENTION = ("transformer_blocks.*.attn1", "transformer_blocks.*.attn2")
+UNET_FFN = ("transformer_blocks.*.ff",)
+UNET_NOTE = ("a block is one UNet module: each ResnetBlock2D and each Transformer2DModel of the down, mid and "
+             "up blocks is its own checkpointed region; they interleave, so interval and stride do not apply")
+TINY_UNET = {"sample_size": 8, "block_out_channels": (32, 64), "layers_per_block": 1, "norm_num_groups": 8,
+             "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"), "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
+             "cross_attention_dim": 32, "attention_head_dim": 8}
+SDXL = {"sample_size": 128, "block_out_channels": (320, 640, 1280),
+        "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+        "up_block_types": ("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+        "transformer_layers_per_block": (1, 2, 10), "attention_head_dim": (5, 10, 20), "cross_attention_dim": 2048,
+        "use_linear_projection": True, "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
+        "projection_class_embeddings_input_dim": 2816}
+TINY_SDXL = {**TINY_UNET, "transformer_layers_per_block": (2, 1), "use_linear_projection": True,
+             "addition_embed_type": "text_time", "addition_time_embed_dim": 8, "projection_class_embeddings_input_dim": 64}
+
+register(
+    Family(
+        name="flux2", docs_name="Flux.2", cls="Flux2Transformer2DModel",
+        presets={
+            "dev": Preset({}, IMAGE_1024, 32.22),
+            "klein-4b": Preset({"num_layers": 5, "num_single_layers": 20, "num_attention_heads": 24, "joint_attention_dim": 7680,
+                                "guidance_embeds": False}, FamilyShape(512, 512, text_tokens=512), 3.88),
+            "klein-9b": Preset({"num_layers": 8, "num_single_layers": 24, "num_attention_heads": 32, "joint_attention_dim": 12288,
+                                "guidance_embeds": False}, FamilyShape(512, 512, text_tokens=512), 9.08),
+            "tiny": Preset({"num_layers": 2, "num_single_layers": 4, "attention_head_dim": 16, "num_attention_heads": 2,
+                            "joint_attention_dim": 32, "in_channels": 16, "axes_dims_rope": (4, 4, 4, 4),
+                            "timestep_guidance_channels": 16}, TINY_IMAGE),
+        },
+        inputs=flux2_inputs,
+        block_lists={"transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": HIDDEN},
+        attention=("attn",), feed_forward=("ff", "ff_context"),
+        lora_targets=("to_q", "to_k", "to_v", "to_out.0", "to_qkv_mlp_proj"),
+        blocks_note="single blocks fuse attention and MLP (to_qkv_mlp_proj): FFN modes cover the double blocks",
+    ),
+    Family(
+        name="sd1x", docs_name="SD 1.x", cls="UNet2DConditionModel",
+        presets={
+            "sd15": Preset({"sample_size": 64, "cross_attention_dim": 768}, FamilyShape(512, 512, text_tokens=77), 0.86),
+            "tiny": Preset(TINY_UNET, TINY_IMAGE),
+        },
+        inputs=unet_inputs, latents_arg="sample", block_lists=unet_block_lists,
+        attention=UNET_ATTENTION, feed_forward=UNET_FFN, blocks_note=UNET_NOTE,
+    ),
+    Family(
+        name="sdxl", docs_name="SDXL", cls="UNet2DConditionModel",
+        presets={"sdxl": Preset(SDXL, FamilyShape(1024, 1024, text_tokens=77), 2.57), "tiny": Preset(TINY_SDXL, TINY_IMAGE)},
+        inputs=unet_inputs, latents_arg="sample", block_lists=unet_block_lists,
+        attention=UNET_ATTENTION, feed_forward=UNET_FFN, blocks_note=UNET_NOTE,
+    ),
+    Family(
+        name="kolors", docs_name="Kolors", cls="UNet2DConditionModel",
+        presets={
+            "kolors": Preset({**SDXL, "projection_class_embeddings_input_dim": 5632, "encoder_hid_dim": 4096,
+                              "encoder_hid_dim_type": "text_proj"}, FamilyShape(1024, 1024, text_tokens=256), 2.58),
+            "tiny": Preset({**TINY_SDXL, "projection_class_embeddings_input_dim": 72, "encoder_hid_dim": 24,
+                            "encoder_hid_dim_type": "text_proj"}, TINY_IMAGE),
+        },
+        inputs=unet_inputs, latents_arg="sample", block_lists=unet_block_lists,
+        attention=UNET_ATTENTION, feed_forward=UNET_FFN, blocks_note=UNET_NOTE,
+    ),
+    Family(
+        name="stable-cascade", docs_name="Stable Cascade", cls="StableCascadeUNet",
+        presets={
+            "stage-c": Preset({"clip_text_in_channels": 1280, "clip_image_in_channels": 768, "switch_level": [False]},
+                              FamilyShape(1024, 1024, text_tokens=77), 3.59),
+            "tiny": Preset({"in_channels": 4, "out_channels": 4, "timestep_ratio_embedding_dim": 16, "patch_size": 1,
+                            "conditioning_dim": 32, "block_out_channels": (32, 32), "num_attention_heads": (2, 2),
+                            "down_num_layers_per_block": (1, 1), "up_num_layers_per_block": (1, 1),
+                            "down_blocks_repeat_mappers": (1, 1), "up_blocks_repeat_mappers": (1, 1),
+                            "clip_text_in_channels": 16, "clip_text_pooled_in_channels": 16, "clip_image_in_channels": 16,
+                            "clip_seq": 2, "effnet_in_channels": None, "pixel_mapper_in_channels": None,
+                            "switch_level": [False]}, FamilyShape(336, 336, batch=2, text_tokens=8)),
+        },
+        inputs=stable_cascade_inputs, latents_arg="sample", block_lists=stable_cascade_block_lists,
+        attention=("attention",), lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+        reasons={"feed_forward": "stage C's micro-blocks have no attention / feed-forward split"},
+        blocks_note="a block is one Res/Timestep/Attention micro-block of stage C's down and up blocks",
+    ),
+)
+
+register(
+    Family(
+        name="flux3-klein", docs_name="Flux.3 Image Klein", cls="Flux3Transformer2DModel",
+        presets={
+            "klein-base": Preset({}, FamilyShape(512, 512, text_tokens=80)),
+            "tiny": Preset({"in_channels": 16, "cond_in_channels": 16, "num_layers": 2, "num_single_layers": 4,
+                            "attention_head_dim": 16, "num_attention_heads": 2, "joint_attention_dim": 32,
+                            "timestep_channels": 16, "axes_dims_rope": (4, 4, 4, 4)}, TINY_IMAGE),
+        },
+        inputs=flux3_inputs,
+        block_lists={"txt_mode_blocks": FIRST_ARG, "mode_blocks.image": FIRST_ARG,
+                     "single_transformer_blocks": ENCODER_HIDDEN},
+        attention=("attn",), feed_forward=("ff",),
+        blocks_note="text, image and joint stream blocks are segmented separately, as in the docs",
+    ),
+    Family(
+        name="krea2", docs_name="Krea 2", cls="Krea2Transformer2DModel",
+        presets={
+            "raw": Preset({}, FamilyShape(512, 512, text_tokens=128)),
+            "tiny": Preset({"in_channels": 16, "num_layers": 4, "attention_head_dim": 16, "num_attention_heads": 2,
+                            "num_key_value_heads": 1, "intermediate_size": 48, "timestep_embed_dim": 16,
+                            "text_hidden_dim": 24, "num_text_layers": 2, "text_num_attention_heads": 2,
+                            "text_num_key_value_heads": 2, "text_intermediate_size": 32, "num_layerwise_text_blocks": 1,
+                            "num_refiner_text_blocks": 1, "axes_dims_rope": (4, 6, 6)}, TINY_IMAGE),
+        },
+        inputs=krea2_inputs,
+        block_lists={"transformer_blocks": FIRST_ARG},
+        attention=("attn",), feed_forward=("ff",),
+        blocks_note="the joint transformer blocks; the text-fusion stack is not checkpointed",
+    ),
+    Family(
+        name="ernie-image", docs_name="ERNIE 4.5 Image", cls="ErnieImageTransformer2DModel",
+        presets={
+            "base": Preset({}, FamilyShape(512, 512, text_tokens=128)),
+            "tiny": Preset({"hidden_size": 32, "num_attention_heads": 2, "num_layers": 4, "ffn_hidden_size": 48,
+                            "in_channels": 16, "out_channels": 16, "text_in_dim": 24, "rope_axes_dim": (4, 6, 6)},
+                           TINY_IMAGE),
+        },
+        inputs=ernie_inputs,
+        block_lists={"layers": FIRST_ARG},
+        attention=("self_attention",), feed_forward=("mlp",),
+        lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+    ),
+    Family(
+        name="ideogram4", docs_name="Ideogram 4.0", cls="Ideogram4Transformer2DModel",
+        presets={
+            "fp8": Preset({}, FamilyShape(1024, 1024, text_tokens=128)),
+            "tiny": Preset({"in_channels": 16, "num_layers": 4, "attention_head_dim": 16, "num_attention_heads": 2,
+                            "intermediate_size": 48, "adaln_dim": 16, "llm_features_dim": 24, "mrope_section": (2, 2, 2)},
+                           TINY_IMAGE),
+        },
+        inputs=ideogram4_inputs,
+        block_lists={"layers": FIRST_ARG},
+        attention=("attention",), feed_forward=("feed_forward",),
+    ),
+    Family(
+        name="longcat-image", docs_name="LongCat Image", cls="LongCatImageTransformer2DModel",
+        presets={
+            "default": Preset({}, FamilyShape(512, 512, text_tokens=512)),
+            "tiny": Preset({"in_channels": 16, "num_layers": 2, "num_single_layers": 4, "attention_head_dim": 16,
+                            "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 32,
+                            "axes_dims_rope": [4, 6, 6]}, TINY_IMAGE),
+        },
+        inputs=longcat_inputs,
+        block_lists={"transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": ENCODER_HIDDEN},
+        attention=("attn",), feed_forward=("ff", "ff_context"),
+        blocks_note="single blocks fuse the MLP into the attention path: FFN modes cover the double blocks",
+    ),
+)
+
+register(
+    Family(
+        name="anyflow", docs_name="AnyFlow (Anima)", cls="AnyFlowTransformer3DModel",
+        presets={
+            "stage1": Preset({}, FamilyShape(1024, 1024, frames=1, text_tokens=512)),
+            "tiny": Preset({"num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
+                            "text_dim": 32, "freq_dim": 32, "ffn_dim": 48, "num_layers": 4, "rope_max_seq_len": 32},
+                           FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
+        },
+        inputs=anyflow_inputs,
+        block_lists={"blocks": FIRST_ARG},
+        attention=("attn1", "attn2"), feed_forward=("ffn",),
+    ),
+)

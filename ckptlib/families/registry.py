@@ -47,7 +47,9 @@ class Family:
     cls: str | None  # diffusers class; None: the installed diffusers has none
     presets: Mapping[str, Preset] = field(default_factory=dict)
     inputs: InputMaker | None = None
-    block_lists: Mapping[str, CallConvention | None] = field(default_factory=dict)
+    # block list path -> call convention (None: per-block regions only); or a function of the
+    # built model, for architectures whose lists depend on the config (UNets)
+    block_lists: Mapping[str, CallConvention | None] | Callable[[nn.Module], Mapping] = field(default_factory=dict)
     attention: tuple[str, ...] = ()
     feed_forward: tuple[str, ...] = ()
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -57,10 +59,10 @@ class Family:
     reasons: Mapping[str, str] = field(default_factory=dict)  # "attention" / "feed_forward" -> why not offered
     unsupported: str | None = None  # why the family cannot be built at all
 
-    @property
-    def spec(self) -> BlockSpec:
-        return BlockSpec(block_lists=list(self.block_lists), attention=self.attention, feed_forward=self.feed_forward,
-                         conventions=dict(self.block_lists), name=self.docs_name, reasons=self.reasons)
+    def spec(self, model: nn.Module) -> BlockSpec:
+        lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists
+        return BlockSpec(block_lists=list(lists), attention=self.attention, feed_forward=self.feed_forward,
+                         conventions=dict(lists), name=self.docs_name, reasons=self.reasons)
 
     def model_class(self):
         if self.unsupported:
@@ -131,7 +133,7 @@ def build(family: str, preset: str = "tiny", training: str = "lora", device: str
         grad_inputs = tuple(latents) if isinstance(latents, list) else (latents,)
         for t in grad_inputs:
             t.requires_grad_(True)
-    return Workload(model=model, spec=entry.spec, kwargs=kwargs, target=None, optimizer=adamw_for(model),
+    return Workload(model=model, spec=entry.spec(model), kwargs=kwargs, target=None, optimizer=adamw_for(model),
                     grad_inputs=grad_inputs, tokens=None)
 
 
