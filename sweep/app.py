@@ -17,11 +17,27 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from . import environment, store
-from .cell import RETRYABLE, Cell, cell_from_config
+from .cell import RETRYABLE, Cell, cell_from_config, import_builder
 from .worker import run_isolated
 
 CONFIG_PATH = str(environment.PROJECT_ROOT / "conf")
 RERUN_CHOICES = ("none", "failed", "all")
+
+
+def register_families() -> None:
+    """Every ckptlib family becomes `family=<name>` (conf/family/*.yaml adds the synthetic one)."""
+    from hydra.core.config_store import ConfigStore
+
+    from ckptlib.families import all_families
+
+    store_ = ConfigStore.instance()
+    for name, family in all_families().items():
+        store_.store(group="family", name=name, node={
+            "name": name, "_target_": f"ckptlib.families.builders.{name}",
+            "default_preset": "tiny" if family.unsupported else family.default_preset})
+
+
+register_families()
 
 
 class SweepConfigError(ValueError):
@@ -61,13 +77,23 @@ def should_run(previous: str | None, rerun: str) -> bool:
     return previous is None or rerun == "all" or (rerun == "failed" and previous in RETRYABLE)
 
 
+def builder_presets(builder) -> list[str] | None:
+    """Presets a builder declares (its own `presets`, or its module's PRESETS); None when it declares none."""
+    if hasattr(builder, "presets"):
+        presets = builder.presets
+    else:
+        presets = getattr(importlib.import_module(builder.__module__), "PRESETS", None)
+    return list(presets) if presets is not None else None
+
+
 def shape_tokens(cell: Cell) -> int | None:
-    """Tokens of the cell's shape, when the family's module can resolve its presets."""
-    module = importlib.import_module(cell.builder.rpartition(".")[0])
-    resolve = getattr(module, "resolve_shape", None)
+    """Tokens of the cell's shape, when the family can resolve its presets."""
+    builder = import_builder(cell.builder)
+    resolve = getattr(builder, "resolve_shape", None) or getattr(importlib.import_module(builder.__module__),
+                                                                   "resolve_shape", None)
     try:
         return getattr(resolve(cell.preset, **cell.shape), "tokens", None) if resolve else None
-    except (ValueError, TypeError):
+    except Exception:  # noqa: BLE001 - a label, never a reason to lose a cell
         return None
 
 
@@ -123,12 +149,11 @@ def validate(jobs: list[DictConfig]) -> None:
             problems.append(f"run.rerun must be one of {', '.join(RERUN_CHOICES)}, got {job.run.rerun!r}")
         target = str(job.family.get("_target_"))
         try:
-            module = importlib.import_module(target.rpartition(".")[0])
-            getattr(module, target.rpartition(".")[2])
+            builder = import_builder(target)
         except (ImportError, AttributeError, ValueError) as error:
             problems.append(f"family {job.family.name}: cannot import builder {target!r} ({error})")
             continue
-        presets = getattr(module, "PRESETS", None)
+        presets = builder_presets(builder)
         if presets is not None and str(job.preset) not in presets:
             problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
         if job.training not in ("lora", "frozen", "full"):

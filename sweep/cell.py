@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -52,6 +53,12 @@ class Cell:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def import_builder(target: str):
+    """A family's build function from its import path (a function, or a ckptlib FamilyBuilder)."""
+    module_name, _, name = target.rpartition(".")
+    return getattr(importlib.import_module(module_name), name)
 
 
 def cell_from_config(cfg) -> Cell:

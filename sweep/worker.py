@@ -8,7 +8,6 @@ expected outcome.
 from __future__ import annotations
 
 import gc
-import importlib
 import multiprocessing as mp
 import signal
 import time
@@ -17,7 +16,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.worker"]
+PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "ckptlib.families.classes", "peft", "sweep.worker"]
 TRACEBACK_CHARS = 4000
 _OOM_MESSAGES = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
                  "not enough memory", "out of memory")
@@ -92,7 +91,7 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int) -> dict
     import torch
 
     import ckptlib
-    from sweep.cell import Cell
+    from sweep.cell import Cell, import_builder
 
     spec = Cell(**cell)
     timings = {}
@@ -101,7 +100,7 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int) -> dict
         config = spec.checkpoint_config()
         if spec.quantization != "none":
             raise ckptlib.UnsupportedModeError(f"quantization {spec.quantization!r} is not implemented")
-        build = _import(spec.builder)
+        build = import_builder(spec.builder)
         work = build(preset=spec.preset, training=spec.training, device=device, lora_rank=spec.lora_rank,
                      seed=spec.seed, **spec.shape)
         handle = ckptlib.apply(work.model, config, work.spec)
@@ -128,11 +127,6 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int) -> dict
 def _failure(error: BaseException) -> dict:
     tail = "".join(traceback.format_exception(error))[-TRACEBACK_CHARS:]
     return {"status": "failed", "reason": f"{type(error).__name__}: {error}"[:500], "traceback": tail}
-
-
-def _import(path: str):
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def _existing_tensors(work) -> list:

@@ -111,3 +111,19 @@ def test_lora_training_has_adapter_gradients():
         assert torch.isfinite(loss), name
         assert lora_b and any(g is not None and g.abs().sum() > 0 for g in lora_b), name
         assert not any(p.requires_grad for n, p in work.model.named_parameters() if "lora_" not in n), name
+
+
+def test_tiny_sweep_over_all_families_and_modes_has_no_failures(tmp_path):
+    """The families-tiny sweep through the real console script: every cell ok, unsupported (with its
+    reason) or invalid; never failed, crashed or timed out."""
+    from tests.sweep_helpers import query, run_sweep
+
+    db = tmp_path / "families.db"
+    done = run_sweep(db, "sweep=families-tiny", "measure.warmup_steps=0", "measure.steps=1", timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    families = len([f for f in FAMILIES.values()])
+    assert query(db, "select count(*) from cells") == [(families * 9,)]
+    statuses = dict(query(db, "select status, count(*) from cells group by status"))
+    assert set(statuses) <= {"ok", "unsupported", "invalid"}, statuses
+    assert statuses["ok"] >= len(BUILDABLE) * 6
+    assert query(db, "select count(*) from cells where status = 'unsupported' and (reason is null or reason = '')") == [(0,)]

@@ -2,6 +2,6 @@
 
     work = ckptlib.families.build("flux1", preset="tiny", training="lora")
 """
-from .registry import FAMILIES, Family, FamilyShape, build, get
+from .registry import FAMILIES, Family, FamilyShape, all_families, build, get
 
-__all__ = ["FAMILIES", "Family", "FamilyShape", "build", "get"]
+__all__ = ["FAMILIES", "Family", "FamilyShape", "all_families", "build", "get"]

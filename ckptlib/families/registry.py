@@ -74,6 +74,11 @@ class Family:
             raise UnsupportedModeError(f"{self.docs_name}: diffusers {diffusers.__version__} has no {self.cls}")
         return cls
 
+    @property
+    def default_preset(self) -> str:
+        """The first real-size preset: the docs' model at the docs' training shape."""
+        return next((name for name in self.presets if name != "tiny"), "tiny")
+
     def preset(self, name: str) -> Preset:
         if self.unsupported:
             raise UnsupportedModeError(f"{self.docs_name}: {self.unsupported}")
@@ -92,6 +97,12 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {}
+
+
+def all_families() -> dict[str, Family]:
+    from . import entries  # noqa: F401 - fills the registry
+
+    return dict(FAMILIES)
 
 
 def register(*families: Family) -> None:
@@ -145,8 +156,10 @@ class FamilyBuilder:
         self.name = name
 
     @property
-    def presets(self) -> list[str]:
-        return list(get(self.name).presets)
+    def presets(self) -> list[str] | None:
+        """None for a family without a class: any preset runs, and records why it is unsupported."""
+        family = get(self.name)
+        return None if family.unsupported else list(family.presets)
 
     def resolve_shape(self, preset: str, **overrides) -> FamilyShape:
         return resolve_shape(self.name, preset, **overrides)
