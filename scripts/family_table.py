@@ -1,0 +1,59 @@
+"""Per family: real-preset build time on the meta device and its size, the tiny preset's
+forward+backward time on CPU, and which modes it supports.
+
+    python scripts/family_table.py > /tmp/families.md
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+import ckptlib
+from ckptlib import CheckpointConfig, UnsupportedModeError
+from ckptlib.families import all_families, build
+
+MODES = {
+    "layer": CheckpointConfig("torch"), "interval2": CheckpointConfig("torch", interval=2),
+    "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4), "unsloth": CheckpointConfig("unsloth"),
+    "torch-ffn": CheckpointConfig("torch-ffn"), "unsloth-ffn": CheckpointConfig("unsloth-ffn"),
+    "activation-offload": CheckpointConfig("torch", offload_attention=True),
+}
+
+
+def supported(name: str) -> list[str]:
+    work = build(name, "tiny")
+    found = []
+    for mode, config in MODES.items():
+        try:
+            ckptlib.apply(work.model, config, work.spec).remove()
+            found.append(mode)
+        except UnsupportedModeError:
+            pass
+    return found
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    print("| family | class | real preset | params (B, meta) | meta build s | tiny fwd+bwd s | modes beyond none |")
+    print("|---|---|---|---|---|---|---|")
+    for name, family in sorted(all_families().items()):
+        if family.unsupported:
+            print(f"| {family.docs_name} | - | - | - | - | - | unsupported: no class |")
+            continue
+        preset = family.default_preset
+        tic = time.perf_counter()
+        model = family.build_meta(preset)
+        build_s = time.perf_counter() - tic
+        params = sum(p.numel() for p in model.parameters()) / 1e9
+        work = build(name, "tiny", training="lora")
+        work.step()  # first step pays one-off costs
+        tic = time.perf_counter()
+        work.step()
+        step_s = time.perf_counter() - tic
+        print(f"| {family.docs_name} | {family.cls} | {preset} | {params:.2f} | {build_s:.2f} | {step_s:.3f} | "
+              f"{', '.join(supported(name))} |")
+
+
+if __name__ == "__main__":
+    main()
