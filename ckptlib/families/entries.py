@@ -334,6 +334,8 @@ def anyflow_inputs(config, shape, device, dtype, g):
 # ---- entries ------------------------------------------------------------------------------------------
 
 IMAGE_1024 = FamilyShape(height=1024, width=1024, text_tokens=512)
+TINY_WAN = {"num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4, "text_dim": 32,
+            "freq_dim": 32, "ffn_dim": 48, "num_layers": 4, "rope_max_seq_len": 32}  # Wan and AnyFlow
 TINY_IMAGE = FamilyShape(height=64, width=64, batch=2, text_tokens=8)
 
 register(
@@ -388,9 +390,7 @@ register(
             "t2v-14b": Preset({}, FamilyShape(480, 832, frames=81, text_tokens=512), 14.29),
             "t2v-1.3b": Preset({"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30},
                                FamilyShape(480, 832, frames=81, text_tokens=512), 1.42),
-            "tiny": Preset({"num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
-                            "text_dim": 32, "freq_dim": 32, "ffn_dim": 48, "num_layers": 4, "rope_max_seq_len": 32},
-                           FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
+            "tiny": Preset(TINY_WAN, FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
         },
         inputs=wan_inputs,
         block_lists={"blocks": FIRST_ARG},
@@ -662,7 +662,6 @@ register(
         inputs=ernie_inputs,
         block_lists={"layers": FIRST_ARG},
         attention=("self_attention",), feed_forward=("mlp",),
-        lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
     ),
     Family(
         name="ideogram4", docs_name="Ideogram 4.0", cls="Ideogram4Transformer2DModel",
@@ -696,9 +695,7 @@ register(
         name="anyflow", docs_name="AnyFlow (Anima)", cls="AnyFlowTransformer3DModel",
         presets={
             "stage1": Preset({}, FamilyShape(1024, 1024, frames=1, text_tokens=512)),
-            "tiny": Preset({"num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
-                            "text_dim": 32, "freq_dim": 32, "ffn_dim": 48, "num_layers": 4, "rope_max_seq_len": 32},
-                           FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
+            "tiny": Preset(TINY_WAN, FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
         },
         inputs=anyflow_inputs,
         block_lists={"blocks": FIRST_ARG},
