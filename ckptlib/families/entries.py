@@ -331,6 +331,92 @@ def anyflow_inputs(config, shape, device, dtype, g):
     return kwargs
 
 
+def omnigen_inputs(config, shape, device, dtype, g):
+    """Token-id prompt, then the time token, then the noisy image tokens (no input images)."""
+    b, t = shape.batch, shape.text_tokens
+    image_tokens = (shape.height // 8 // config.patch_size) * (shape.width // 8 // config.patch_size)
+    length = t + 1 + image_tokens
+    return {
+        "hidden_states": _randn(g, device, dtype, b, config.in_channels, shape.height // 8, shape.width // 8),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "input_ids": torch.randint(0, config.vocab_size, (b, t), generator=g, device=device),
+        "input_img_latents": [], "input_image_sizes": {},
+        "attention_mask": torch.ones(b, length, length, device=device, dtype=dtype),
+        "position_ids": torch.arange(length, device=device)[None].expand(b, -1),
+    }
+
+
+def hidream_inputs(config, shape, device, dtype, g):
+    b, t = shape.batch, shape.text_tokens
+    llama_layers = max(config.llama_layers) + 1
+    return {
+        "hidden_states": _randn(g, device, dtype, b, config.in_channels, shape.height // 8, shape.width // 8),
+        "timesteps": _timestep(b, device, 1000.0, g),
+        "encoder_hidden_states_t5": _randn(g, device, dtype, b, t, config.caption_channels[0]),
+        "encoder_hidden_states_llama3": _randn(g, device, dtype, llama_layers, b, t, config.caption_channels[1]),
+        "pooled_embeds": _randn(g, device, dtype, b, config.text_emb_dim),
+    }
+
+
+def kandinsky5_inputs(config, shape, device, dtype, g):
+    """Channels-last video latents (B, frames, h, w, C), with the visual-conditioning channels when
+    the model takes them; rope positions per axis; Qwen text states and a CLIP pooled vector."""
+    b, t = shape.batch, ((shape.frames or 1) - 1) // 4 + 1
+    h, w = shape.height // 8, shape.width // 8
+    channels = 2 * config.in_visual_dim + 1 if config.visual_cond else config.in_visual_dim
+    patch = config.patch_size
+    return {
+        "hidden_states": _randn(g, device, dtype, b, t, h, w, channels),
+        "encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens, config.in_text_dim),
+        "timestep": _timestep(b, device, 1000.0, g).to(dtype),
+        "pooled_projections": _randn(g, device, dtype, b, config.in_text_dim2),
+        "visual_rope_pos": [torch.arange(t // patch[0], device=device), torch.arange(h // patch[1], device=device),
+                            torch.arange(w // patch[2], device=device)],
+        "text_rope_pos": torch.arange(shape.text_tokens, device=device),
+    }
+
+
+def ace_step_inputs(config, shape, device, dtype, g):
+    """Audio latents as a 1-D sequence (frames play the role of length), concatenated by the model
+    with the context latents along channels."""
+    b, length = shape.batch, shape.frames
+    acoustic = config.audio_acoustic_hidden_dim
+    return {
+        "hidden_states": _randn(g, device, dtype, b, length, acoustic),
+        "context_latents": _randn(g, device, dtype, b, length, config.in_channels - acoustic),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "timestep_r": torch.zeros(b, device=device, dtype=dtype),
+        "encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens,
+                                        config.encoder_hidden_size or config.hidden_size),
+    }
+
+
+def minimax_h3_inputs(config, shape, device, dtype, g):
+    """One packed sample: text, video and audio tokens in one sequence, addressed by index tensors;
+    one timestep, modality tags 0 (text), 1 (video), 2 (audio)."""
+    t = ((shape.frames or 1) - 1) // 4 + 1
+    p_t, p_h, p_w = config.patch_size
+    h, w = shape.height // 8 // p_h, shape.width // 8 // p_w  # tokens per frame after the patch embedding
+    n_text, n_video, n_audio = shape.text_tokens, t // p_t * h * w, max(t * 4, 4)
+    length = n_text + n_video + n_audio
+    video_positions = _grid_ids(h, w, 3, device).repeat(t // p_t, 1)
+    video_positions[:, 0] = torch.arange(t // p_t, device=device).repeat_interleave(h * w)
+    positions = torch.cat([torch.arange(n_text, device=device)[:, None].expand(n_text, 3).float(),
+                           video_positions, torch.arange(n_audio, device=device)[:, None].expand(n_audio, 3).float()])
+    tags = torch.cat([torch.zeros(n_text), torch.ones(n_video), torch.full((n_audio,), 2.0)]).long().to(device)
+    index = torch.arange(length, device=device)
+    return {
+        "hidden_states": _randn(g, device, dtype, 1, n_video, config.in_channels * p_t * p_h * p_w),
+        "audio_hidden_states": _randn(g, device, dtype, 1, n_audio, config.audio_in_channels),
+        "encoder_hidden_states": _randn(g, device, dtype, 1, n_text, config.text_dim),
+        "timestep": _timestep(1, device, 1000.0, g),
+        "timestep_indices": torch.zeros(length, device=device, dtype=torch.long),
+        "token_tags": tags, "position_ids": positions.long(),
+        "text_indices": index[:n_text], "video_indices": index[n_text:n_text + n_video],
+        "audio_indices": index[n_text + n_video:],
+    }
+
+
 # ---- entries ------------------------------------------------------------------------------------------
 
 IMAGE_1024 = FamilyShape(height=1024, width=1024, text_tokens=512)
@@ -700,5 +786,92 @@ register(
         inputs=anyflow_inputs,
         block_lists={"blocks": FIRST_ARG},
         attention=("attn1", "attn2"), feed_forward=("ffn",),
+    ),
+)
+
+register(
+    Family(
+        name="omnigen", docs_name="OmniGen", cls="OmniGenTransformer2DModel",
+        presets={
+            "v1": Preset({"rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [1.0] * 48}},
+                         FamilyShape(1024, 1024, text_tokens=64), 3.76),
+            "tiny": Preset({"hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 48,
+                            "num_layers": 4, "vocab_size": 128, "pad_token_id": 0, "in_channels": 4, "pos_embed_max_size": 16,
+                            "max_position_embeddings": 512, "original_max_position_embeddings": 256, "time_step_dim": 16,
+                            "rope_scaling": {"type": "su", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}},
+                           TINY_IMAGE),
+        },
+        inputs=omnigen_inputs,
+        block_lists={"layers": FIRST_ARG},
+        attention=("self_attn",), feed_forward=("mlp",),
+    ),
+    Family(
+        name="hidream", docs_name="HiDream", cls="HiDreamImageTransformer2DModel",
+        presets={
+            "i1-full": Preset({"patch_size": 2, "in_channels": 16, "out_channels": 16, "axes_dims_rope": (64, 32, 32),
+                               "caption_channels": [4096, 4096], "llama_layers": list(range(32)) + [31] * 16,
+                               "force_inference_output": False}, FamilyShape(512, 512, text_tokens=128), 17.11),
+            "tiny": Preset({"patch_size": 2, "in_channels": 4, "out_channels": 4, "num_layers": 2, "num_single_layers": 2,
+                            "attention_head_dim": 16, "num_attention_heads": 2, "caption_channels": [24, 24],
+                            "text_emb_dim": 16, "num_routed_experts": 2, "num_activated_experts": 1,
+                            "axes_dims_rope": (4, 6, 6), "max_resolution": (64, 64), "llama_layers": [0, 1, 1, 1],
+                            "force_inference_output": False}, TINY_IMAGE),
+        },
+        inputs=hidream_inputs,
+        # Each block gets its own Llama layer's states from the loop: per-block regions only.
+        block_lists={"double_stream_blocks": None, "single_stream_blocks": None},
+        attention=("block.attn1",), feed_forward=("block.ff_i", "block.ff_t"),
+        lora_targets=("to_q", "to_k", "to_v", "to_out"),
+        blocks_note="blocks are HiDreamBlock wrappers; the image feed-forward is a mixture of experts (trained "
+                    "in train mode, force_inference_output=False)",
+    ),
+)
+
+register(
+    Family(
+        name="kandinsky5", docs_name="Kandinsky 5", cls="Kandinsky5Transformer3DModel",
+        presets={
+            "t2v-lite": Preset({"in_visual_dim": 16, "out_visual_dim": 16, "model_dim": 1792, "ff_dim": 7168,
+                                "num_text_blocks": 2, "num_visual_blocks": 32, "visual_cond": True, "time_dim": 512,
+                                "axes_dims": (16, 24, 24)}, FamilyShape(512, 768, frames=81, text_tokens=256), 2.01),
+            "tiny": Preset({"in_visual_dim": 4, "out_visual_dim": 4, "in_text_dim": 24, "in_text_dim2": 16, "time_dim": 16,
+                            "model_dim": 32, "ff_dim": 48, "num_text_blocks": 1, "num_visual_blocks": 4,
+                            "axes_dims": (4, 6, 6), "visual_cond": True}, TINY_VIDEO),
+        },
+        inputs=kandinsky5_inputs,
+        block_lists={"text_transformer_blocks": FIRST_ARG, "visual_transformer_blocks": FIRST_ARG},
+        attention=("self_attention", "cross_attention"), feed_forward=("feed_forward",),
+        lora_targets=("to_query", "to_key", "to_value", "self_attention.out_layer", "cross_attention.out_layer"),
+    ),
+)
+
+register(
+    Family(
+        name="ace-step", docs_name="ACE Step 1.5", cls="AceStepTransformer1DModel",
+        presets={
+            "v15-base": Preset({}, FamilyShape(1, 1, frames=1500, text_tokens=256)),
+            "tiny": Preset({"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 2,
+                            "num_key_value_heads": 1, "head_dim": 16, "in_channels": 24, "audio_acoustic_hidden_dim": 8,
+                            "patch_size": 2, "sliding_window": 8}, FamilyShape(1, 1, frames=32, batch=2, text_tokens=8)),
+        },
+        inputs=ace_step_inputs,
+        # Layers alternate sliding-window and full attention masks chosen by index: per-layer regions only.
+        block_lists={"layers": None},
+        attention=("self_attn", "cross_attn"), feed_forward=("mlp",),
+        blocks_note="audio: a preset's frames are latent frames of the 1-D audio sequence",
+    ),
+    Family(
+        name="minimax-h3", docs_name="MiniMax H3", cls="MiniMaxH3Transformer3DModel",
+        presets={
+            "h3": Preset({}, FamilyShape(480, 832, frames=49, batch=1, text_tokens=256)),
+            "tiny": Preset({"num_attention_heads": 2, "attention_head_dim": 24, "hidden_size": 48, "num_layers": 4,
+                            "num_refiner_layers": 1, "ffn_dim": 48, "in_channels": 4, "audio_in_channels": 8,
+                            "text_dim": 24, "freq_dim": 16, "time_embed_hidden_dim": 32, "time_embed_dim": 16,
+                            "rope_freq_dim": 4}, FamilyShape(64, 64, frames=5, batch=1, text_tokens=8)),
+        },
+        inputs=minimax_h3_inputs,
+        block_lists={"transformer_blocks": FIRST_ARG},
+        attention=("attn",), feed_forward=("ff",),
+        blocks_note="joint text/video/audio blocks; the text token refiner is not checkpointed",
     ),
 )
