@@ -417,6 +417,61 @@ def minimax_h3_inputs(config, shape, device, dtype, g):
     }
 
 
+def qwen_image21_inputs(config, shape, device, dtype, g):
+    """Text slots then one slot per 2x2 group of packed target latents (`img_mask` marks image slots)."""
+    h, w, b, t = shape.height // 16, shape.width // 16, shape.batch, shape.text_tokens
+    slots = torch.cat([torch.zeros(b, t, dtype=torch.bool), torch.ones(b, h * w // 4, dtype=torch.bool)], dim=1)
+    return {
+        "hidden_states": _randn(g, device, dtype, b, h * w, config.in_channels),
+        "encoder_hidden_states": _randn(g, device, dtype, b, t, config.context_in_dim),
+        "encoder_hidden_states_mask": torch.ones(b, t, device=device, dtype=torch.bool),
+        "timestep": _timestep(b, device, 1.0, g).to(dtype),
+        "img_shapes": [[(1, h, w)]] * b,
+        "img_mask": slots.to(device),
+    }
+
+
+def ltx2_inputs(config, shape, device, dtype, g):
+    """Packed video tokens plus an audio track of the clip's length; text states for both streams."""
+    b = shape.batch
+    t = ((shape.frames or 1) - 1) // config.vae_scale_factors[0] + 1
+    h, w = shape.height // config.vae_scale_factors[1], shape.width // config.vae_scale_factors[2]
+    audio_frames = max(4, round((shape.frames or 1) / 24 * config.audio_sampling_rate / config.audio_hop_length
+                                / config.audio_scale_factor))
+    sigma = _timestep(b, device, 1.0, g).to(dtype)
+    return {
+        "hidden_states": _randn(g, device, dtype, b, t * h * w, config.in_channels),
+        "audio_hidden_states": _randn(g, device, dtype, b, audio_frames, config.audio_in_channels),
+        "encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens, config.caption_channels),
+        "audio_encoder_hidden_states": _randn(g, device, dtype, b, shape.text_tokens, config.caption_channels),
+        "timestep": sigma, "sigma": sigma,
+        "encoder_attention_mask": torch.ones(b, shape.text_tokens, device=device),
+        "audio_encoder_attention_mask": torch.ones(b, shape.text_tokens, device=device),
+        "num_frames": t, "height": h, "width": w, "fps": 24.0, "audio_num_frames": audio_frames,
+    }
+
+
+def cosmos3_inputs(config, shape, device, dtype, g):
+    """One packed sample: prompt token ids (the understanding stream), then the noisy video latent's
+    patches (the generation stream); every latent frame is noisy and in the loss."""
+    p, t = config.latent_patch_size, ((shape.frames or 1) - 1) // 4 + 1
+    h, w = shape.height // 16, shape.width // 16  # latent pixels (the VAE downsamples 16x)
+    n_text, n_vision = shape.text_tokens, t * (h // p) * (w // p)
+    length = n_text + n_vision
+    vision = torch.arange(n_text, length, device=device)
+    return {
+        "input_ids": torch.randint(0, config.vocab_size, (n_text,), generator=g, device=device),
+        "text_indexes": torch.arange(n_text, device=device),
+        "position_ids": torch.arange(length, device=device)[None].expand(3, -1),
+        "und_len": n_text, "sequence_length": length,
+        "vision_tokens": [_randn(g, device, dtype, 1, config.latent_channel, t, h, w)],
+        "vision_token_shapes": [(t, h // p, w // p)],
+        "vision_sequence_indexes": vision, "vision_mse_loss_indexes": vision,
+        "vision_timesteps": torch.full((n_vision,), float(_timestep(1, device, 1.0, g)), device=device, dtype=dtype),
+        "vision_noisy_frame_indexes": [torch.arange(t, device=device)],
+    }
+
+
 # ---- entries ------------------------------------------------------------------------------------------
 
 IMAGE_1024 = FamilyShape(height=1024, width=1024, text_tokens=512)
@@ -873,5 +928,57 @@ register(
         block_lists={"transformer_blocks": FIRST_ARG},
         attention=("attn",), feed_forward=("ff",),
         blocks_note="joint text/video/audio blocks; the text token refiner is not checkpointed",
+    ),
+)
+
+register(
+    Family(
+        name="qwen-image-2.1", docs_name="Qwen Image 2.1", cls="QwenImage21Transformer2DModel",
+        presets={
+            "v2.1": Preset({}, FamilyShape(512, 512, text_tokens=10)),
+            "tiny": Preset({"in_channels": 16, "out_channels": 16, "num_layers": 4, "attention_head_dim": 16,
+                            "num_attention_heads": 2, "context_in_dim": 24, "axes_dims_rope": (4, 6, 6)}, TINY_IMAGE),
+        },
+        inputs=qwen_image21_inputs,
+        block_lists={"transformer_blocks": HIDDEN},
+        attention=("attn",), feed_forward=("img_mlp",),
+        blocks_note="one joint text+image stream; grouped regions need the KV cache off (it is, in training)",
+    ),
+)
+
+register(
+    Family(
+        name="ltxvideo2", docs_name="LTXVideo2", cls="LTX2VideoTransformer3DModel",
+        presets={
+            "2.3-dev": Preset({}, FamilyShape(704, 1280, frames=49, text_tokens=256), 18.88),
+            "tiny": Preset({"in_channels": 8, "out_channels": 8, "num_attention_heads": 2, "attention_head_dim": 8,
+                            "cross_attention_dim": 16, "audio_in_channels": 8, "audio_out_channels": 8,
+                            "audio_num_attention_heads": 2, "audio_attention_head_dim": 8, "audio_cross_attention_dim": 16,
+                            "num_layers": 4, "caption_channels": 24}, FamilyShape(64, 64, frames=9, batch=2, text_tokens=8)),
+        },
+        inputs=ltx2_inputs,
+        # Training passes no spatio-temporal guidance blocks, so every block gets the same extras.
+        block_lists={"transformer_blocks": CallConvention.state("hidden_states", "audio_hidden_states")},
+        attention=("attn1", "attn2", "audio_attn1", "audio_attn2"), feed_forward=("ff", "audio_ff"),
+        blocks_note="joint video+audio blocks; the audio stream's attention and feed-forward count too",
+    ),
+)
+
+register(
+    Family(
+        name="cosmos3", docs_name="Cosmos 3", cls="Cosmos3OmniTransformer",
+        presets={
+            "default": Preset({}, FamilyShape(1024, 1024, text_tokens=256)),  # class defaults; the docs ran "edge"
+            "tiny": Preset({"hidden_size": 32, "head_dim": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+                            "intermediate_size": 48, "num_hidden_layers": 4, "latent_channel": 4, "latent_patch_size": 2,
+                            "patch_latent_dim": 16, "vocab_size": 128, "dtype": "float32"},
+                           FamilyShape(64, 64, batch=1, text_tokens=8)),
+        },
+        inputs=cosmos3_inputs, latents_arg="vision_tokens",
+        # decoder layers carry (understanding, generation) streams: und, gen = layer(und, gen, rotary)
+        block_lists={"layers": FIRST_TWO_ARGS},
+        attention=("self_attn",), feed_forward=("mlp", "mlp_moe_gen"),
+        lora_targets=("to_q", "to_k", "to_v", "to_out"),
+        blocks_note="mixture-of-transformers decoder layers; the sequence is packed (batch 1 per cell)",
     ),
 )
