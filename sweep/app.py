@@ -123,8 +123,13 @@ def hydra_app(cfg: DictConfig) -> dict:
     return execute(cfg)
 
 
-def expand_jobs(config: DictConfig) -> list[DictConfig] | None:
-    """Every job config of a basic-sweeper multirun, composed as the sweeper will compose it."""
+# The config keys `validate` reads: jobs that differ only in other keys need no separate check.
+VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep")
+
+
+def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
+    """The number of jobs a basic-sweeper multirun will run, and one composed config for every
+    distinct combination of the validated keys (composing each of hundreds of jobs takes seconds)."""
     if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
         return None
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -132,8 +137,10 @@ def expand_jobs(config: DictConfig) -> list[DictConfig] | None:
     loader = GlobalHydra.instance().config_loader()
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(params + list(config.hydra.overrides.task))
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [loader.load_sweep_config(config, list(job)) for batch in batches for job in batch]
+    total = sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    relevant = [o for o in parsed if o.get_key_element().lstrip("+~").split(".")[0] in VALIDATED_KEYS]
+    combinations = [job for batch in BasicSweeper.split_arguments(relevant, None) for job in batch]
+    return total, [loader.load_sweep_config(config, list(job)) for job in combinations]
 
 
 def validate(jobs: list[DictConfig]) -> None:
@@ -176,14 +183,14 @@ class SweepCallback(Callback):
         self.results: list[dict] = []
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        jobs = expand_jobs(config)
-        if jobs is not None:
+        expanded = expand_jobs(config)
+        if expanded is not None:
+            self.total, checks = expanded
             try:
-                validate(jobs)
+                validate(checks)
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None
-            self.total = len(jobs)
         self.started = time.perf_counter()
         if self.console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

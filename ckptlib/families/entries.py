@@ -933,7 +933,7 @@ register(
 
 register(
     Family(
-        name="qwen-image-2.1", docs_name="Qwen Image 2.1", cls="QwenImage21Transformer2DModel",
+        name="qwen-image21", docs_name="Qwen Image 2.1", cls="QwenImage21Transformer2DModel",
         presets={
             "v2.1": Preset({}, FamilyShape(512, 512, text_tokens=10)),
             "tiny": Preset({"in_channels": 16, "out_channels": 16, "num_layers": 4, "attention_head_dim": 16,

@@ -107,6 +107,8 @@ def all_families() -> dict[str, Family]:
 
 def register(*families: Family) -> None:
     for family in families:
+        if "." in family.name:  # the name is the last part of an import path (ckptlib.families.builders.<name>)
+            raise ValueError(f"family name {family.name!r} must not contain '.'")
         if family.name in FAMILIES:
             raise ValueError(f"family {family.name!r} registered twice")
         FAMILIES[family.name] = family
