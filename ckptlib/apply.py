@@ -193,10 +193,12 @@ class CheckpointHandle:
     def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict):
         # Keyword tensors go in positionally: checkpoint saves (and the offload hook sees) only
         # positional tensors; keyword ones would be kept alive by the closure instead.
-        names = list(kwargs)
+        names, count = list(kwargs), len(args)
 
+        # `run` becomes checkpoint's recompute function: it must not close over the inputs themselves,
+        # or they stay alive for the whole step and offloading them frees nothing.
         def run(*values):
-            return fn(*values[: len(args)], **dict(zip(names, values[len(args):])))
+            return fn(*values[:count], **dict(zip(names, values[count:])))
 
         with self._offload_context() if offload else contextlib.nullcontext():
             return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
