@@ -114,8 +114,23 @@ def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
     return matrices
 
 
+def family_notes(family: str) -> list[str]:
+    """What ckptlib's registry says about a family: its docs name, what a block is, its gaps."""
+    from ckptlib.families import all_families
+
+    entry = all_families().get(family)
+    if entry is None:
+        return []
+    notes = [f"Docs family: {entry.docs_name}" + (f" (`{entry.cls}`)" if entry.cls else "") + "."]
+    notes += [f"Blocks: {entry.blocks_note}."] if entry.blocks_note else []
+    notes += [f"Not offered: {what}: {why}." for what, why in entry.reasons.items()]
+    notes += [f"Unsupported: {entry.unsupported}."] if entry.unsupported else []
+    return notes
+
+
 def family_page(family: str, matrices: list[Matrix], plots: dict[str, list[Path]], out_dir: Path) -> str:
-    parts = [f"# {family}\n", "Each cell: post-warmup sec/step / peak GiB, or a status. `~` marks IQR/median "
+    parts = [f"# {family}\n", *(f"{note}\n" for note in family_notes(family)),
+             "Each cell: post-warmup sec/step / peak GiB, or a status. `~` marks IQR/median "
              "over 10%. CPU rows are tracked live tensor bytes on the CPU, not GPU memory.\n"]
     for matrix in matrices:
         parts.append(f"## {matrix.title}\n")
