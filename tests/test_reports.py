@@ -1,7 +1,6 @@
 """Published-table import, report round trip, diff, splice and advise."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
