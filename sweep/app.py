@@ -7,7 +7,7 @@ import socket
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
@@ -52,9 +52,7 @@ class RunState:
     run_id: int
     device: str
     hardware: str
-    done: dict[str, str]
-    statuses: Counter = field(default_factory=Counter)
-    results: list[dict] = field(default_factory=list)
+    done: dict[str, str]  # cell key -> status already recorded
 
 
 _runs: dict[tuple[str, str, str], RunState] = {}
@@ -223,9 +221,10 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         if self.progress is not None:
             self.progress.stop()
+        from .report import run_matrix, summary_table
+
         for state in _runs.values():
             store.finish_run(state.engine, state.run_id)
-        from .report import summary_table
 
         elapsed = time.perf_counter() - self.started
         if self.console.is_terminal:
@@ -233,6 +232,4 @@ class SweepCallback(Callback):
         counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts.items()))
         print(f"{len(self.results)} cells in {elapsed:.1f} s: {counts}", file=sys.stderr, flush=True)
         for state in _runs.values():
-            from .report import run_matrix
-
             print(run_matrix(state.engine, state.run_id), flush=True)
