@@ -64,6 +64,9 @@ def advise(cells: pd.DataFrame, family: str, vram_bytes: int, hardware: str | No
     provenance = ", ".join(sorted(set(chosen["provenance"])))
     head = [f"{family} {chosen['preset'].iloc[0]} on a {vram_bytes / GIB:.1f} GiB card: budget {budget / GIB:.2f} GiB "
             f"({margin:.0%} safety margin), {provenance} data from {hardware}", *notes]
+    if hardware.startswith("CPU:"):
+        head.append("caution: CPU data: peaks are tracked tensor bytes of a CPU run, not GPU memory; "
+                    "measure on the target GPU before trusting a fit")
     ok = chosen[chosen["status"] == "ok"].sort_values("sec_per_step")
     fits = ok[ok["peak_bytes"] <= budget]
     described = [f"  {r.mode:22s} {r.text:24s} {'fits' if r.peak_bytes <= budget else 'over budget'}"
