@@ -41,6 +41,8 @@ class CallConvention:
     next_inputs: Callable[[Any, tuple, dict], tuple[tuple, dict]]
     passthrough: Callable[[tuple, dict], Any]
     by_name: bool = False
+    # carried(args, kwargs) -> the state inputs (the region inputs unsloth offloads); None: every tensor input
+    carried: Callable[[tuple, dict], tuple] | None = None
 
     @classmethod
     def state(cls, *names: str) -> CallConvention:
@@ -54,7 +56,7 @@ class CallConvention:
             values = tuple(kwargs[name] for name in names)
             return values if len(names) > 1 else values[0]
 
-        return cls(next_inputs, passthrough, by_name=True)
+        return cls(next_inputs, passthrough, by_name=True, carried=lambda args, kwargs: tuple(kwargs[n] for n in names))
 
     @classmethod
     def leading(cls, count: int) -> CallConvention:
@@ -67,7 +69,7 @@ class CallConvention:
         def passthrough(args, kwargs):
             return tuple(args[:count]) if count > 1 else args[0]
 
-        return cls(next_inputs, passthrough)
+        return cls(next_inputs, passthrough, carried=lambda args, kwargs: tuple(args[:count]))
 
 
 # x = block(x, *other_args, **kwargs)
@@ -190,7 +192,7 @@ class CheckpointHandle:
     def _offload_context(self):
         return self._offloader.hooks() if self._offloader is not None else contextlib.nullcontext()
 
-    def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict):
+    def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict, carried: tuple | None = None):
         # Keyword tensors go in positionally: checkpoint saves (and the offload hook sees) only
         # positional tensors; keyword ones would be kept alive by the closure instead.
         names, count = list(kwargs), len(args)
@@ -200,7 +202,11 @@ class CheckpointHandle:
         def run(*values):
             return fn(*values[:count], **dict(zip(names, values[count:])))
 
-        with self._offload_context() if offload else contextlib.nullcontext():
+        if not offload:
+            return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
+        # Offload the state the region carries, not the extras every block shares (time embeddings,
+        # rotary tables, text states): those stay alive in the model's forward anyway.
+        with self._offloader.only(carried), self._offload_context():
             return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
 
     def region_forward(self, blocks: list[nn.Module], originals: list[Callable], convention: CallConvention) -> Callable:
@@ -221,7 +227,8 @@ class CheckpointHandle:
                 args, kwargs = (), _by_name(originals[0], args, kwargs)
             self._counters.regions_run += 1
             self._pending_passthrough.update(id(b) for b in blocks[1:])
-            return self._checkpointed(run_blocks, self.config.offloads_regions, args, kwargs)
+            carried = convention.carried(args, kwargs) if convention.carried else None
+            return self._checkpointed(run_blocks, self.config.offloads_regions, args, kwargs, carried)
 
         return forward
 

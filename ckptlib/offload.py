@@ -7,6 +7,7 @@ the caching allocator cannot hand its memory to a kernel that runs before the co
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass
 
@@ -25,6 +26,11 @@ class OffloadCounters:
     bytes_reloaded: int = 0
     tensors_kept: int = 0  # small tensors, parameters and buffers stay where they are
     tensors_deduplicated: int = 0  # the same view saved twice is offloaded once
+
+
+def _identity(tensor: torch.Tensor) -> tuple:
+    """The same view of the same memory (a saved tensor may reach the hook as another Python object)."""
+    return tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype
 
 
 class _Parked:
@@ -55,6 +61,19 @@ class Offloader:
         self._pending: list[_Parked] = []
         self._seen: dict[tuple, tuple[weakref.ref, _Parked]] = {}
         self._copy_stream = None
+        self._only: set[tuple] | None = None  # when set, only these tensors are offloaded
+
+    @contextlib.contextmanager
+    def only(self, tensors: tuple | None):
+        """Offload just `tensors` inside this block (None: any saved tensor). Leaf tensors (the
+        caller's inputs) are left out: the caller keeps them alive, so a host copy saves nothing."""
+        previous = self._only
+        self._only = None if tensors is None else {
+            _identity(t) for t in tensors if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+        try:
+            yield
+        finally:
+            self._only = previous
 
     def hooks(self) -> saved_tensors_hooks:
         return saved_tensors_hooks(self.pack, self.unpack)
@@ -65,7 +84,8 @@ class Offloader:
 
     def pack(self, tensor: torch.Tensor):
         nbytes = tensor.numel() * tensor.element_size()
-        if nbytes < self.min_bytes or isinstance(tensor, torch.nn.Parameter) or tensor.data_ptr() in self.keep:
+        if (nbytes < self.min_bytes or isinstance(tensor, torch.nn.Parameter) or tensor.data_ptr() in self.keep
+                or (self._only is not None and _identity(tensor) not in self._only)):
             self.counters.tensors_kept += 1
             return tensor
         key = (tensor.data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor._version)
