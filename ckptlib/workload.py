@@ -24,7 +24,6 @@ class Workload:
     target: torch.Tensor | None = None
     optimizer: torch.optim.Optimizer | None = None
     grad_inputs: tuple[torch.Tensor, ...] = ()  # inputs that collect gradients (frozen training)
-    tokens: int | None = None
 
     def step(self) -> torch.Tensor:
         for t in self.grad_inputs:

@@ -147,7 +147,7 @@ def build(family: str, preset: str = "tiny", training: str = "lora", device: str
         for t in grad_inputs:
             t.requires_grad_(True)
     return Workload(model=model, spec=entry.spec(model), kwargs=kwargs, target=None, optimizer=adamw_for(model),
-                    grad_inputs=grad_inputs, tokens=None)
+                    grad_inputs=grad_inputs)
 
 
 class FamilyBuilder:
