@@ -4,6 +4,7 @@ import signal
 import time
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from sweep.cell import Cell
 from sweep.app import should_run
@@ -11,6 +12,14 @@ from tests.sweep_helpers import FAST, query, run_sweep, start_sweep
 
 FAULTS = {"ok": "ok", "oom": "oom", "segfault": "crashed", "hang": "timeout", "raise": "failed",
           "unsupported": "unsupported", "exit": "crashed"}
+
+
+def recorded_cells(db) -> int:
+    """Cells in the database so far; 0 while the sweep has not created it (or its tables) yet."""
+    try:
+        return query(db, "select count(*) from cells")[0][0] if db.exists() else 0
+    except OperationalError:  # the file exists a moment before its tables do
+        return 0
 
 
 def json_lines(stdout: str) -> list[dict]:
@@ -79,7 +88,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     process = start_sweep(db, *overrides)
     deadline = time.time() + 120
     while time.time() < deadline:
-        if db.exists() and query(db, "select count(*) from cells")[0][0] >= 2:
+        if recorded_cells(db) >= 2:
             break
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
