@@ -189,9 +189,6 @@ class CheckpointHandle:
         self._patched.append((module, module.__dict__.get("forward")))
         module.forward = forward
 
-    def _offload_context(self):
-        return self._offloader.hooks() if self._offloader is not None else contextlib.nullcontext()
-
     def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict, carried: tuple | None = None):
         # Keyword tensors go in positionally: checkpoint saves (and the offload hook sees) only
         # positional tensors; keyword ones would be kept alive by the closure instead.
@@ -202,11 +199,10 @@ class CheckpointHandle:
         def run(*values):
             return fn(*values[:count], **dict(zip(names, values[count:])))
 
-        if not offload:
-            return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
         # Offload the state the region carries, not the extras every block shares (time embeddings,
         # rotary tables, text states): those stay alive in the model's forward anyway.
-        with self._offloader.only(carried), self._offload_context():
+        nothing = contextlib.nullcontext()
+        with self._offloader.only(carried) if offload else nothing, self._offloader.hooks() if offload else nothing:
             return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
 
     def region_forward(self, blocks: list[nn.Module], originals: list[Callable], convention: CallConvention) -> Callable:
