@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import CheckpointConfig
+from .memory import storage_id
 from .offload import Offloader
 from .plan import Plan, plan
 from .pool import HostPool
@@ -160,7 +161,7 @@ class CheckpointHandle:
     def start_step(self) -> None:
         self._counters = self._fresh_report()
         if self._offloader is not None:
-            self._offloader.keep = {t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers())}
+            self._offloader.keep = {storage_id(t) for t in (*self.model.parameters(), *self.model.buffers())}
             self._offloader.reset_step()
             self._offloader.pool.stats.reset_step()
 

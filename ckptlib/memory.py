@@ -1,20 +1,33 @@
-"""Peak live tensor bytes of one device, for CPU runs where there is no allocator peak counter.
+"""Peak live tensor bytes of one device, for CPU runs where there is no allocator peak counter,
+and for predictions under FakeTensorMode where nothing is allocated at all.
 
 A TorchDispatchMode sees every tensor an op returns; a finalizer on each new storage subtracts its
 bytes when the storage dies (what torch.distributed._tools.mem_tracker does, without its
-one-iteration-per-module restriction).
+one-iteration-per-module restriction). Each storage carries a category, and the split by
+category is kept at the peak.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
 import weakref
+from collections import Counter
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 _untracked = threading.local()
+
+# What a storage is: tracked before the step (parameters, gradients, optimizer state, inputs) or
+# created during it: in the forward (activations: saved for backward or in flight), in the backward
+# (temporaries: recomputed activations, gradients in flight), or by the optimizer step.
+CATEGORIES = ("parameters", "gradients", "optimizer", "inputs", "activations", "temporaries")
+
+
+def storage_id(tensor: torch.Tensor) -> int:
+    """Which memory a tensor views. Not data_ptr(): fake tensors (predict) all report 0."""
+    return tensor.untyped_storage()._cdata
 
 
 @contextlib.contextmanager
@@ -32,44 +45,99 @@ class LiveTensorTracker(TorchDispatchMode):
     """Tracks bytes of live storages on `device` created while active, and their peak.
 
     Storages that existed before entering (parameters, inputs) are not counted; add them with `track`.
+    `round_to` rounds every storage up as an allocator would (the CUDA caching allocator: 512 B).
     """
 
-    def __init__(self, device: str | torch.device = "cpu"):
+    def __init__(self, device: str | torch.device = "cpu", round_to: int = 1):
         super().__init__()
         self.device = torch.device(device)
+        self.round_to = round_to
         self.live_bytes = 0
         self.peak_bytes = 0
-        self._sizes: dict[int, int] = {}
+        self.live_by_category: Counter = Counter()
+        self.peak_by_category: dict[str, int] = {}
+        self.phase: str | None = None  # forces the category of new storages (the optimizer step)
+        self._entries: dict[int, tuple[int, str]] = {}  # storage id -> (bytes, category)
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.live_bytes
+        self.peak_by_category = dict(self.live_by_category)
 
-    def track(self, *tensors: torch.Tensor) -> None:
+    def track(self, *tensors: torch.Tensor, category: str = "inputs") -> None:
         for t in tensors:
-            self._register(t)
+            self._register(t, category)
+
+    def recategorize(self, tensor: torch.Tensor, category: str) -> None:
+        """A storage turned out to be something else (a gradient the backward produced)."""
+        entry = self._entries.get(storage_id(tensor))
+        if entry is not None:
+            size, old = entry
+            self._entries[storage_id(tensor)] = (size, category)
+            self.live_by_category[old] -= size
+            self.live_by_category[category] += size
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if not getattr(_untracked, "active", False):
             # Views and in-place results share an input's storage: only new storages are allocations.
-            inputs = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            inputs = {storage_id(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            category = self.phase or ("temporaries" if torch._C._current_graph_task_id() != -1 else "activations")
             for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in inputs:
-                    self._register(t)
+                if isinstance(t, torch.Tensor) and storage_id(t) not in inputs:
+                    self._register(t, category)
         return out
 
-    def _register(self, t: torch.Tensor) -> None:
+    def _register(self, t: torch.Tensor, category: str) -> None:
         if t.device.type != self.device.type:
             return
         storage = t.untyped_storage()
         key = storage._cdata
-        if key in self._sizes:
+        if key in self._entries:
             return
-        size = storage.nbytes()
-        self._sizes[key] = size
+        size = -(-storage.nbytes() // self.round_to) * self.round_to
+        self._entries[key] = (size, category)
         self.live_bytes += size
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        self.live_by_category[category] += size
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+            self.peak_by_category = dict(self.live_by_category)
         weakref.finalize(storage, self._release, key)
 
     def _release(self, key: int) -> None:
-        self.live_bytes -= self._sizes.pop(key, 0)
+        size, category = self._entries.pop(key, (0, None))
+        self.live_bytes -= size
+        if category is not None:
+            self.live_by_category[category] -= size
+
+
+def step_peak(work, device: str | torch.device = "cpu", round_to: int = 1) -> LiveTensorTracker:
+    """Run one training step of `work` (a Workload) under a tracker that starts from everything
+    already alive (weights, gradients, optimizer state, inputs); the tracker holds the peak."""
+    tracker = LiveTensorTracker(device, round_to=round_to)
+    for category, tensors in _workload_tensors(work).items():
+        tracker.track(*tensors, category=category)
+    params = [p for p in work.model.parameters() if p.requires_grad]
+    hooks = [p.register_post_accumulate_grad_hook(lambda p: tracker.recategorize(p.grad, "gradients")) for p in params]
+    if work.optimizer is not None:
+        hooks.append(work.optimizer.register_step_pre_hook(lambda *_: setattr(tracker, "phase", "optimizer")))
+        hooks.append(work.optimizer.register_step_post_hook(lambda *_: setattr(tracker, "phase", None)))
+    try:
+        with tracker:
+            work.step()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return tracker
+
+
+def _workload_tensors(work) -> dict[str, list[torch.Tensor]]:
+    optimizer_state = [t for s in (work.optimizer.state.values() if work.optimizer else ()) for t in s.values()
+                       if isinstance(t, torch.Tensor)]
+    params = list(work.model.parameters())
+    inputs = [*work.model.buffers(), *tree_leaves((work.args, work.kwargs, work.target))]
+    return {
+        "parameters": params,
+        "gradients": [p.grad for p in params if p.grad is not None],
+        "optimizer": optimizer_state,
+        "inputs": [t for t in inputs if isinstance(t, torch.Tensor)],
+    }

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from .memory import untracked
+from .memory import storage_id, untracked
 from .pool import HostBuffer, HostPool
 
 
@@ -30,7 +30,7 @@ class OffloadCounters:
 
 def _identity(tensor: torch.Tensor) -> tuple:
     """The same view of the same memory (a saved tensor may reach the hook as another Python object)."""
-    return tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype
+    return storage_id(tensor), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype
 
 
 class _Parked:
@@ -56,7 +56,7 @@ class Offloader:
     def __init__(self, pool: HostPool, min_bytes: int, keep: set[int] | None = None):
         self.pool = pool
         self.min_bytes = min_bytes
-        self.keep = keep if keep is not None else set()  # data_ptrs of parameters and buffers
+        self.keep = keep if keep is not None else set()  # storage ids of parameters and buffers
         self.counters = OffloadCounters()
         self._pending: list[_Parked] = []
         self._seen: dict[tuple, tuple[weakref.ref, _Parked]] = {}
@@ -84,11 +84,11 @@ class Offloader:
 
     def pack(self, tensor: torch.Tensor):
         nbytes = tensor.numel() * tensor.element_size()
-        if (nbytes < self.min_bytes or isinstance(tensor, torch.nn.Parameter) or tensor.data_ptr() in self.keep
+        if (nbytes < self.min_bytes or isinstance(tensor, torch.nn.Parameter) or storage_id(tensor) in self.keep
                 or (self._only is not None and _identity(tensor) not in self._only)):
             self.counters.tensors_kept += 1
             return tensor
-        key = (tensor.data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor._version)
+        key = (*_identity(tensor), tensor._version)
         hit = self._seen.get(key)
         if hit is not None and hit[0]() is not None and hit[1].users > 0 and hit[1].reloaded is None:
             hit[1].users += 1

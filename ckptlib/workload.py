@@ -30,7 +30,7 @@ class Workload:
             t.grad = None
         out = prediction(self.model(*self.args, **self.kwargs))
         if self.target is None:  # the prediction's shape is the family's business: draw it once
-            generator = torch.Generator(device=out.device).manual_seed(1234)
+            generator = seeded_generator(out.device, 1234)
             self.target = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
         loss = F.mse_loss(out.float(), self.target.float())
         loss.backward()
@@ -77,6 +77,12 @@ def make_trainable(model: nn.Module, training: str, lora_targets: list[str], lor
     return model
 
 
-def adamw_for(model: nn.Module) -> torch.optim.Optimizer | None:
+def adamw_for(model: nn.Module, foreach: bool | None = None) -> torch.optim.Optimizer | None:
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=1e-4) if params else None
+    return torch.optim.AdamW(params, lr=1e-4, foreach=foreach) if params else None
+
+
+def seeded_generator(device: str | torch.device, seed: int) -> torch.Generator:
+    """A generator for drawing on `device`; a CPU one for meta tensors (predictions), which draw nothing."""
+    device = torch.device(device)
+    return torch.Generator(device="cpu" if device.type == "meta" else device).manual_seed(seed)

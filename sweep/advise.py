@@ -35,10 +35,18 @@ class Advice:
         return "\n".join(self.lines)
 
 
+# Modes by expected step time, cheapest first, for ranking predictions (which have no time): the
+# docs' published timings put no recompute first, FFN-only recompute before whole blocks, partial
+# segments before every block, and each offloading variant after its plain twin.
+EXPECTED_COST_ORDER = ["none", "activation-offload", "torch-ffn", "unsloth-ffn", "seg2-stride4", "seg2-stride4-offload",
+                       "interval2", "layer", "torch", "unsloth"]
+
+
 def advise(cells: pd.DataFrame, family: str, vram_bytes: int, hardware: str | None = None,
            tokens: int | None = None, preset: str | None = None, quantization: str = "none",
            margin: float = DEFAULT_MARGIN) -> Advice:
-    """Pick a mode for `family` (and shape) on a card of `vram_bytes`, from the cells given."""
+    """Pick a mode for `family` (and shape) on a card of `vram_bytes`, from the cells given.
+    Predictions stand in for modes that have no measurement, and are labelled as such."""
     chosen = cells[(cells["family"] == family) & (cells["quantization"] == quantization)]
     if tokens is not None:
         chosen = chosen[chosen["tokens"] == tokens]
@@ -50,49 +58,75 @@ def advise(cells: pd.DataFrame, family: str, vram_bytes: int, hardware: str | No
     if len(shapes) > 1:
         listing = ", ".join(f"{p} ({'' if pd.isna(t) else int(t)} tokens)" for p, t in shapes.itertuples(index=False))
         raise ValueError(f"several shapes recorded for {family}: {listing}; choose one with --preset or --tokens")
+    chosen = chosen.reindex(columns=[*chosen.columns.drop("device", errors="ignore"), "device"])  # a predicted run's device model
+    measured, predicted = chosen[chosen["provenance"] != "predicted"], chosen[chosen["provenance"] == "predicted"]
     notes = []
-    if hardware is None:
-        counts = chosen.groupby("hardware").size().sort_values(ascending=False, kind="stable")
-        hardware = counts.index[0]
-        if len(counts) > 1:
-            notes.append(f"data from {hardware} (most complete); also recorded: {', '.join(counts.index[1:])} "
-                         f"(choose with --hardware)")
-    chosen = chosen[chosen["hardware"] == hardware]
-    if chosen.empty:
-        raise ValueError(f"no recorded cells for {family} on {hardware!r}")
+    if not measured.empty:
+        if hardware is None:
+            counts = measured.groupby("hardware").size().sort_values(ascending=False, kind="stable")
+            hardware = counts.index[0]
+            if len(counts) > 1:
+                notes.append(f"data from {hardware} (most complete); also recorded: {', '.join(counts.index[1:])} "
+                             f"(choose with --hardware)")
+        measured = measured[measured["hardware"] == hardware]
+        if measured.empty:
+            raise ValueError(f"no recorded cells for {family} on {hardware!r}")
+    device_kind = "cpu" if (hardware or "").startswith("CPU:") else "cuda"
+    predicted = predicted[predicted["device"].astype("string").fillna("").str.removeprefix("predicted:") == device_kind]
+    figured = set(measured.loc[measured["status"].isin(["ok", "oom"]), "mode"])
+    predicted = predicted[~predicted["mode"].isin(figured) & predicted["peak_bytes"].notna()].drop_duplicates("mode", keep="last")
     budget = int(vram_bytes * (1 - margin))
-    provenance = ", ".join(sorted(set(chosen["provenance"])))
+    sources = ", ".join(sorted(set(measured["provenance"]))) or "no measured"
     head = [f"{family} {chosen['preset'].iloc[0]} on a {vram_bytes / GIB:.1f} GiB card: budget {budget / GIB:.2f} GiB "
-            f"({margin:.0%} safety margin), {provenance} data from {hardware}", *notes]
-    if hardware.startswith("CPU:"):
+            f"({margin:.0%} safety margin), {sources} data" + (f" from {hardware}" if hardware else ""), *notes]
+    if not predicted.empty:
+        head.append(f"predictions ({predicted['hardware'].iloc[0]}) stand in for {len(predicted)} mode(s) with no "
+                    f"measurement: {', '.join(predicted['mode'])}")
+    if device_kind == "cpu":
         head.append("caution: CPU data: peaks are tracked tensor bytes of a CPU run, not GPU memory; "
                     "measure on the target GPU before trusting a fit")
-    ok = chosen[chosen["status"] == "ok"].sort_values("sec_per_step")
+    ok = measured[measured["status"] == "ok"].sort_values("sec_per_step")
     fits = ok[ok["peak_bytes"] <= budget]
+    rank = {m: i for i, m in enumerate(EXPECTED_COST_ORDER)}
+    predicted = predicted.assign(_rank=predicted["mode"].map(lambda m: rank.get(m, len(rank)))).sort_values("_rank")
+    predicted_fits = predicted[predicted["peak_bytes"] <= budget]
     described = [f"  {r.mode:22s} {r.text:24s} {'fits' if r.peak_bytes <= budget else 'over budget'}"
                  for r in ok.itertuples()]
-    failed = [f"  {r.mode:22s} {r.text}" for r in chosen[chosen["status"] != "ok"].itertuples()]
+    described += [f"  {r.mode:22s} {'predicted ' + format(r.peak_bytes / GIB, '.2f') + ' GiB':24s} "
+                  f"{'fits' if r.peak_bytes <= budget else 'over budget'} (predicted)" for r in predicted.itertuples()]
+    failed = [f"  {r.mode:22s} {r.text}" for r in measured[measured["status"] != "ok"].itertuples()]
     none_row = fits[fits["mode"] == "none"]
+    predicted_none = predicted_fits[predicted_fits["mode"] == "none"]
     if not none_row.empty:
         r = none_row.iloc[0]
         verdict = [f"use: none (no checkpointing): it fits at {r.peak_bytes / GIB:.2f} GiB and is the fastest "
                    f"at {r.sec_per_step:.4f}s/step"]
         mode = "none"
+    elif not predicted_none.empty:
+        verdict = [f"use: none (no checkpointing): predicted to fit at {predicted_none.iloc[0].peak_bytes / GIB:.2f} GiB "
+                   f"(a prediction, not a measurement: measure it before relying on it)"]
+        mode = "none"
     elif not fits.empty:
         r = fits.iloc[0]
         baseline = ok[ok["mode"] == "none"]
         slower = f", {r.sec_per_step / baseline.iloc[0].sec_per_step:.2f}x the no-checkpoint step" if not baseline.empty else ""
-        verdict = [f"use: {r['mode']}: the fastest mode that fits ({r.sec_per_step:.4f}s/step at "
+        verdict = [f"use: {r['mode']}: the fastest measured mode that fits ({r.sec_per_step:.4f}s/step at "
                    f"{r.peak_bytes / GIB:.2f} GiB{slower})"]
+        mode = r["mode"]
+    elif not predicted_fits.empty:
+        r = predicted_fits.iloc[0]
+        verdict = [f"use: {r['mode']}: predicted to fit at {r.peak_bytes / GIB:.2f} GiB, the cheapest such mode by the "
+                   f"docs' expected cost order (a prediction, not a measurement: measure it before relying on it)"]
         mode = r["mode"]
     else:
         mode = None
         verdict = ["nothing recorded fits this card"]
-        if not ok.empty:
-            r = ok.sort_values("peak_bytes").iloc[0]
+        figures = pd.concat([ok[["mode", "peak_bytes"]], predicted[["mode", "peak_bytes"]]])
+        if not figures.empty:
+            r = figures.sort_values("peak_bytes").iloc[0]
             verdict.append(f"closest: {r['mode']} at {r.peak_bytes / GIB:.2f} GiB, {(r.peak_bytes - budget) / GIB:.2f} GiB "
                            f"over the budget")
-    lines = head + verdict + ["measured modes (fastest first):", *described]
+    lines = head + verdict + ["modes (measured fastest first, then predicted):", *described]
     if failed:
         lines += ["did not run to completion:", *failed]
-    return Advice(mode, hardware, budget, lines)
+    return Advice(mode, hardware or (predicted["hardware"].iloc[0] if not predicted.empty else "?"), budget, lines)

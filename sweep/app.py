@@ -18,7 +18,7 @@ from rich.console import Console
 
 from . import environment, store
 from .cell import RETRYABLE, Cell, cell_from_config, import_builder
-from .worker import run_isolated
+from .worker import measure_cell, predict_cell, run_isolated
 
 CONFIG_PATH = str(environment.PROJECT_ROOT / "conf")
 RERUN_CHOICES = ("none", "failed", "all")
@@ -59,16 +59,35 @@ _runs: dict[tuple[str, str, str], RunState] = {}
 
 
 def run_state(cfg: DictConfig) -> RunState:
-    device = environment.resolve_device(cfg.device)
+    device = f"predicted:{cfg.predict_device}" if cfg.predict else environment.resolve_device(cfg.device)
     key = (cfg.db.url, str(cfg.run.name), device)
     if key not in _runs:
         engine = store.open_store(cfg.db.url)
-        env = environment.capture(device)
+        if cfg.predict:
+            env = environment.capture_prediction(cfg.predict_device, card_bytes(cfg))
+            provenance, device_label = "predicted", cfg.predict_device
+        else:
+            env, provenance, device_label = environment.capture(device), "measured", device
         sweep_config = OmegaConf.to_container(cfg, resolve=True)
-        run_id = store.get_or_create_run(engine, str(cfg.run.name), env["hardware"], device=device,
-                                         environment=env, config=sweep_config)
+        run_id = store.get_or_create_run(engine, str(cfg.run.name), env["hardware"], provenance=provenance,
+                                         device=device_label, environment=env, config=sweep_config)
         _runs[key] = RunState(engine, run_id, device, env["hardware"], store.completed_cells(engine, run_id))
     return _runs[key]
+
+
+def card_bytes(cfg: DictConfig) -> int | None:
+    return None if cfg.card_gib is None else round(float(cfg.card_gib) * 2 ** 30)
+
+
+def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
+    """What the isolated worker runs for this cell: a prediction, or a measurement (optionally
+    skipping cells predicted not to fit the card)."""
+    if cfg.predict:
+        return predict_cell, (cell.as_dict(), cfg.predict_device, card_bytes(cfg))
+    skip_over = None
+    if cfg.skip_predicted_oom:
+        skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
+    return measure_cell, (cell.as_dict(), device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over)
 
 
 def should_run(previous: str | None, rerun: str) -> bool:
@@ -108,8 +127,7 @@ def execute(cfg: DictConfig) -> dict:
     except ValueError as error:
         result = {"status": "invalid", "reason": str(error)}
     else:
-        result = run_isolated(cell.as_dict(), state.device, cfg.measure.warmup_steps, cfg.measure.steps,
-                              cfg.measure.timeout_s)
+        result = run_isolated(*cell_task(cfg, cell, state.device), cfg.measure.timeout_s)
     store.record_cell(state.engine, state.run_id, cell.as_dict(), cell.key, result, host=socket.gethostname(),
                       tokens=shape_tokens(cell))
     state.done[cell.key] = result["status"]
@@ -122,7 +140,8 @@ def hydra_app(cfg: DictConfig) -> dict:
 
 
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
-VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep")
+VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep", "predict", "predict_device", "card_gib",
+                  "skip_predicted_oom", "device")
 
 
 def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
@@ -163,9 +182,27 @@ def validate(jobs: list[DictConfig]) -> None:
             problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
         if job.training not in ("lora", "frozen", "full"):
             problems.append(f"unknown training mode {job.training!r}; valid modes: lora, frozen, full")
+        problems += prediction_problems(job)
     if problems:
         unique = list(dict.fromkeys(problems))
         raise SweepConfigError("the sweep cannot start:\n  " + "\n  ".join(unique))
+
+
+def prediction_problems(job: DictConfig) -> list[str]:
+    from ckptlib.predict import DEVICE_MODELS
+
+    problems = []
+    if job.predict_device not in DEVICE_MODELS:
+        problems.append(f"unknown predict_device {job.predict_device!r}; valid: {', '.join(DEVICE_MODELS)}")
+    if job.card_gib is not None:
+        try:
+            if float(job.card_gib) <= 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            problems.append(f"card_gib must be a positive number of GiB, got {job.card_gib!r}")
+    if job.skip_predicted_oom and job.card_gib is None and environment.resolve_device(job.device) == "cpu":
+        problems.append("skip_predicted_oom on a CPU needs a card size: set card_gib")
+    return problems
 
 
 class SweepCallback(Callback):

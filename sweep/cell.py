@@ -9,7 +9,7 @@ from typing import Any
 
 from ckptlib import CheckpointConfig
 
-STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid")
+STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid", "predicted-oom")
 RETRYABLE = ("failed", "timeout", "crashed")  # what rerun=failed runs again
 
 

@@ -102,6 +102,7 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str) -> Diff:
     merged = cells_a[keep].merge(cells_b[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
     merged["ratio"] = merged["sec_per_step_b"] / merged["sec_per_step_a"]
     merged["memory_diff_gib"] = (merged["peak_bytes_b"] - merged["peak_bytes_a"]) / GIB
+    merged["memory_ratio"] = merged["peak_bytes_b"] / merged["peak_bytes_a"]
     merged["transition"] = [_transition(a if isinstance(a, str) else None, b if isinstance(b, str) else None, label_a, label_b)
                             for a, b in zip(merged["status_a"], merged["status_b"])]
     merged["significance"] = [
@@ -119,14 +120,15 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str) -> Diff:
 def _row_values(row, diff: Diff) -> list[str]:
     ratio = f"{row.ratio:.4f}" if row.ratio == row.ratio else ""
     memory = f"{row.memory_diff_gib:+.2f}" if row.memory_diff_gib == row.memory_diff_gib else ""
+    memory_ratio = f"{row.memory_ratio:.4f}" if row.memory_ratio == row.memory_ratio else ""
     tokens = "" if pd.isna(row.tokens) else str(int(row.tokens))
     return [row.family, row.preset, tokens, row.mode, row.quantization, row.text_a, row.text_b, ratio, memory,
-            row.transition or row.significance]
+            memory_ratio, row.transition or row.significance]
 
 
 def columns(diff: Diff) -> list[str]:
     return ["family", "preset", "tokens", "mode", "quant", diff.label_a, diff.label_b,
-            f"time {diff.label_b}/{diff.label_a}", "memory diff GiB", "change"]
+            f"time {diff.label_b}/{diff.label_a}", "memory diff GiB", f"memory {diff.label_b}/{diff.label_a}", "change"]
 
 
 def rich_table(diff: Diff) -> Table:

@@ -71,6 +71,16 @@ def hardware_label(device: str) -> str:
     return f"CPU: {cpu_model()}"
 
 
+def device_memory_bytes(device: str) -> int | None:
+    """Total memory of the GPU a cell sees (NVML, CUDA left uninitialised); None on a CPU."""
+    return gpu_info().get("memory_bytes") if device.startswith("cuda") else None
+
+
+def prediction_label(device_model: str, card_bytes: int | None) -> str:
+    card = f", {card_bytes / 2 ** 30:g} GiB card" if card_bytes else ""
+    return f"predicted: {device_model}{card}"
+
+
 def git_state() -> dict:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5).stdout.strip()
@@ -110,3 +120,15 @@ def capture(device: str) -> dict:
     }
     env.update(git_state())
     return env
+
+
+def capture_prediction(device_model: str, card_bytes: int | None) -> dict:
+    """What a predicted run records: the device model and its assumptions, the card, the software."""
+    from ckptlib.predict import DEVICE_MODELS
+
+    return {
+        "hardware": prediction_label(device_model, card_bytes), "device": f"predicted:{device_model}",
+        "card_bytes": card_bytes, "assumptions": DEVICE_MODELS[device_model].assumptions(),
+        "cpu": cpu_model(), "hostname": socket.gethostname(), "python": platform.python_version(),
+        "versions": versions(), **git_state(),
+    }

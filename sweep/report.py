@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from .store import CellResult, Run
 from .tables import FAMILY_MODES, GIB, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS, cell_text, splice, wrap
 
-CELL_COLUMNS = ["run_id", "family", "preset", "mode", "quantization", "training", "tokens", "status", "reason",
+CELL_COLUMNS = ["run_id", "cell_key", "family", "preset", "mode", "quantization", "training", "tokens", "status", "reason",
                 "sec_per_step", "iqr_s", "peak_bytes", "host_offload_peak_bytes"]
 
 
@@ -48,14 +48,41 @@ def select_runs(engine: Engine, selectors: list[str] | None = None) -> list[int]
 
 def load_cells(engine: Engine, run_ids: list[int] | None = None) -> pd.DataFrame:
     query = select(CellResult.id.label("cell_id"), *(getattr(CellResult, c) for c in CELL_COLUMNS), Run.hardware,
-                   Run.name.label("run_name"), Run.provenance).join(Run)
+                   Run.name.label("run_name"), Run.provenance, Run.device).join(Run)
     if run_ids is not None:
         query = query.where(CellResult.run_id.in_(run_ids))
     with engine.connect() as connection:
         rows = connection.execute(query).mappings().all()
-    frame = pd.DataFrame([dict(r) for r in rows], columns=["cell_id", *CELL_COLUMNS, "hardware", "run_name", "provenance"])
-    frame["text"] = [cell_text(r.status, r.sec_per_step, r.peak_bytes, r.iqr_s) for r in frame.itertuples()]
+    frame = pd.DataFrame([dict(r) for r in rows],
+                         columns=["cell_id", *CELL_COLUMNS, "hardware", "run_name", "provenance", "device"])
+    frame["predicted_bytes"] = _predictions_for(engine, frame)
+    frame["text"] = [cell_text(r.status, r.sec_per_step, r.peak_bytes, r.iqr_s, r.predicted_bytes)
+                     for r in frame.itertuples()]
     return frame
+
+
+def _device_kind(device: str | None) -> str:
+    """cuda / cpu from a run's device ('cuda:1', 'predicted:cuda'); published tables are GPU tables."""
+    return (device or "cuda").removeprefix("predicted:").split(":")[0]
+
+
+def _predictions_for(engine: Engine, frame: pd.DataFrame) -> list[float | None]:
+    """For each cell that did not run to a figure (OOM, unsupported, ...), the latest prediction of
+    the same cell on the same kind of device; None elsewhere. Predicted cells carry their own."""
+    query = (select(CellResult.cell_key, CellResult.peak_bytes, Run.device).join(Run)
+             .where(Run.provenance == "predicted", CellResult.peak_bytes.is_not(None))
+             .order_by(CellResult.recorded_at))
+    with engine.connect() as connection:
+        latest = {(key, _device_kind(device)): peak for key, peak, device in connection.execute(query)}
+
+    def prediction(cell) -> float | None:
+        if cell.status == "ok":
+            return None
+        if cell.provenance == "predicted":
+            return cell.peak_bytes
+        return latest.get((cell.cell_key, _device_kind(cell.device)))
+
+    return [prediction(cell) for cell in frame.itertuples()]
 
 
 @dataclass

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint,
-                        create_engine, event, select)
+                        create_engine, event, inspect, select)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 PROVENANCES = ("measured", "published", "predicted")
+SCHEMA_LOCK_ID = 0x636B7074  # "ckpt": the advisory lock schema changes take on PostgreSQL
 
 
 class StoreError(RuntimeError):
@@ -76,6 +77,7 @@ class CellResult(Base):
     first_step_peak_bytes: Mapped[int | None] = mapped_column(Integer)
     alloc_retries: Mapped[int | None] = mapped_column(Integer)
     host_offload_peak_bytes: Mapped[int | None] = mapped_column(Integer)
+    breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # bytes by category at the peak
     device_name: Mapped[str | None] = mapped_column(String(200))
     host: Mapped[str | None] = mapped_column(String(200))
     wall_s: Mapped[float | None] = mapped_column(Float)
@@ -101,7 +103,7 @@ class Sample(Base):
 
 RESULT_COLUMNS = ("status", "reason", "traceback", "sec_per_step", "mean_s", "iqr_s", "peak_bytes",
                   "peak_reserved_bytes", "first_step_peak_bytes", "alloc_retries", "host_offload_peak_bytes",
-                  "device_name", "wall_s", "report", "plan")
+                  "breakdown", "device_name", "wall_s", "report", "plan")
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -139,11 +141,29 @@ def open_store(url: str) -> Engine:
     if sqlite:
         _sqlite_pragmas(engine)
     try:
-        Base.metadata.create_all(engine)
+        _create_or_upgrade_schema(engine)
     except (DatabaseError, OperationalError) as error:
         engine.dispose()
         raise StoreError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {error.orig}") from None
     return engine
+
+
+def _create_or_upgrade_schema(engine: Engine) -> None:
+    """Create missing tables and add columns a newer version declares (nullable, additive only).
+
+    One transaction, serialised against other processes starting at once: BEGIN IMMEDIATE on
+    SQLite, an advisory lock on PostgreSQL."""
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_ID})")
+        Base.metadata.create_all(connection)
+        inspector = inspect(connection)
+        for table in Base.metadata.sorted_tables:
+            present = {column["name"] for column in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in present:
+                    kind = column.type.compile(dialect=connection.dialect)
+                    connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
 def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str = "measured", **fields) -> int:

@@ -11,7 +11,7 @@ NOISY_MARK = " ~"
 NOT_RUN = "not run"
 STATUS_WORDS = {"OOM": "oom", "failed": "failed", "unsupported": "unsupported", "timeout": "timeout",
                 "crashed": "crashed", "invalid": "invalid"}
-STATUS_TEXT = {status: word for word, status in STATUS_WORDS.items()}
+STATUS_TEXT = {**{status: word for word, status in STATUS_WORDS.items()}, "predicted-oom": "OOM (predicted)"}
 # The docs' column names for the synthetic sweep, in the docs' order; family matrices use mode names.
 SYNTHETIC_COLUMNS = {"none": "No checkpoint", "torch-ffn": "Torch FFN", "unsloth-ffn": "Unsloth FFN",
                      "layer": "Torch layer", "unsloth": "Unsloth layer"}
@@ -22,10 +22,17 @@ QUANTIZATION_ORDER = ["none", "int8-torchao", "fp8-torchao", "int8-sdnq", "int8-
 _MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<gib>\d+(?:\.\d+)?) GiB(?P<noisy> ~)?$")
 
 
-def cell_text(status: str, sec_per_step: float | None, peak_bytes: int | None, iqr_s: float | None = None) -> str:
-    """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%."""
+def cell_text(status: str, sec_per_step: float | None, peak_bytes: int | None, iqr_s: float | None = None,
+              predicted_bytes: int | None = None) -> str:
+    """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%. A prediction has no
+    time: `predicted 4.43 GiB`; a status cell with a prediction for it: `OOM (predicted 95.31 GiB)`."""
     if status != "ok":
-        return STATUS_TEXT.get(status, status)
+        word = STATUS_TEXT.get(status, status)
+        if predicted_bytes is None or math.isnan(predicted_bytes):
+            return word
+        return f"{word.removesuffix(' (predicted)')} (predicted {predicted_bytes / GIB:.2f} GiB)"
+    if sec_per_step is None or math.isnan(sec_per_step):
+        return f"predicted {peak_bytes / GIB:.2f} GiB"
     noisy = iqr_s is not None and not math.isnan(iqr_s) and sec_per_step and iqr_s / sec_per_step > NOISE_THRESHOLD
     return f"{sec_per_step:.4f}s / {peak_bytes / GIB:.2f} GiB" + (NOISY_MARK if noisy else "")
 

@@ -31,11 +31,12 @@ def fork_server():
     return _context
 
 
-def run_isolated(cell: dict, device: str, warmup_steps: int, steps: int, timeout_s: float) -> dict:
-    """Measure `cell` in a child process; returns a result dict with at least `status` and `reason`."""
+def run_isolated(task, args: tuple, timeout_s: float) -> dict:
+    """`task(*args)` (measure_cell or predict_cell) in a child process; returns its result dict, or
+    one naming how the child ended, with at least `status` and `reason`."""
     ctx = fork_server()
     receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=child_main, args=(sender, cell, device, warmup_steps, steps), daemon=True)
+    child = ctx.Process(target=child_main, args=(sender, task, args), daemon=True)
     started = time.perf_counter()
     child.start()
     sender.close()
@@ -76,31 +77,31 @@ def _exit_reason(code: int | None) -> str:
     return f"child exited with code {code} before reporting"
 
 
-def child_main(conn, cell: dict, device: str, warmup_steps: int, steps: int) -> None:
+def child_main(conn, task, args: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
     gc.freeze()  # the preloaded heap is the fork server's: collections skip it (0.2 s each otherwise)
     started = time.perf_counter()
-    result = measure_cell(cell, device, warmup_steps, steps)
+    result = task(*args)
     result.setdefault("timings", {})["child_s"] = time.perf_counter() - started
     conn.send(result)
     conn.close()
 
 
-def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int) -> dict:
-    """Build, apply the mode, warm up, measure. Runs inside the child."""
-    import torch
-
+def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int, skip_over_bytes: int | None = None) -> dict:
+    """Build, apply the mode, warm up, measure. With `skip_over_bytes`, predict first and skip a
+    cell whose predicted peak does not fit that card. Runs inside the child."""
     import ckptlib
-    from sweep.cell import Cell, import_builder
 
-    spec = Cell(**cell)
-    timings = {}
-    try:
+    def measure(spec, config, build):
+        timings = {}
+        if skip_over_bytes is not None:
+            tic = time.perf_counter()
+            prediction = _predict(spec, config, build, "cuda" if device.startswith("cuda") else "cpu")
+            timings["predict_s"] = time.perf_counter() - tic
+            if not prediction.fits(skip_over_bytes):
+                return {"status": "predicted-oom", "reason": _over_card(prediction, skip_over_bytes),
+                        "breakdown": prediction.breakdown, "timings": timings}
         tic = time.perf_counter()
-        config = spec.checkpoint_config()
-        if spec.quantization != "none":
-            raise ckptlib.UnsupportedModeError(f"quantization {spec.quantization!r} is not implemented")
-        build = import_builder(spec.builder)
         work = build(preset=spec.preset, training=spec.training, device=device, lora_rank=spec.lora_rank,
                      seed=spec.seed, **spec.shape)
         handle = ckptlib.apply(work.model, config, work.spec)
@@ -109,12 +110,57 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int) -> dict
         timings["memory_step_s"] = result.pop("memory_step_s", 0.0)
         result["timings"] = timings
         return result
+
+    return _with_status(cell, measure)
+
+
+def predict_cell(cell: dict, device_model: str, card_bytes: int | None = None) -> dict:
+    """The cell's predicted peak on `device_model` (ckptlib.predict); `oom` when it exceeds the card."""
+    def prediction(spec, config, build):
+        predicted = _predict(spec, config, build, device_model)
+        fits = card_bytes is None or predicted.fits(card_bytes)
+        return {
+            "status": "ok" if fits else "oom", "reason": None if fits else _over_card(predicted, card_bytes),
+            "peak_bytes": predicted.peak_bytes, "breakdown": predicted.breakdown,
+            "host_offload_peak_bytes": predicted.host_offload_bytes, "report": predicted.report,
+            "plan": predicted.report.get("plans"), "device_name": f"predicted: {device_model}",
+            "timings": {"predict_s": predicted.seconds},
+        }
+
+    return _with_status(cell, prediction)
+
+
+def _predict(spec, config, build, device_model: str):
+    from ckptlib.predict import predict
+
+    return predict(build, config, device_model, preset=spec.preset, training=spec.training, lora_rank=spec.lora_rank,
+                   seed=spec.seed, **spec.shape)
+
+
+def _over_card(prediction, card_bytes: int) -> str:
+    gib = 2 ** 30
+    return (f"predicted peak {prediction.peak_bytes / gib:.2f} GiB + {prediction.context_bytes / gib:.2f} GiB context "
+            f"exceeds the {card_bytes / gib:.2f} GiB card")
+
+
+def _with_status(cell: dict, run) -> dict:
+    """`run(spec, config, build)` with every outcome mapped to a status."""
+    import torch
+
+    import ckptlib
+    from sweep.cell import Cell, import_builder
+
+    spec = Cell(**cell)
+    try:
+        config = spec.checkpoint_config()
+    except ValueError as error:
+        return {"status": "invalid", "reason": str(error)}
+    try:
+        if spec.quantization != "none":
+            raise ckptlib.UnsupportedModeError(f"quantization {spec.quantization!r} is not implemented")
+        return run(spec, config, import_builder(spec.builder))
     except ckptlib.UnsupportedModeError as error:
         return {"status": "unsupported", "reason": str(error)}
-    except ValueError as error:
-        if "config" in locals():
-            return _failure(error)
-        return {"status": "invalid", "reason": str(error)}
     except Exception as error:  # noqa: BLE001 - every failure becomes a status
         if isinstance(error, torch.OutOfMemoryError) or any(m in str(error) for m in _OOM_MESSAGES):
             reason = str(error).splitlines()[0][:500] if str(error) else type(error).__name__
@@ -129,26 +175,12 @@ def _failure(error: BaseException) -> dict:
     return {"status": "failed", "reason": f"{type(error).__name__}: {error}"[:500], "traceback": tail}
 
 
-def _existing_tensors(work) -> list:
-    import torch
-
-    state = [t for s in (work.optimizer.state.values() if work.optimizer else ()) for t in s.values()
-             if isinstance(t, torch.Tensor)]
-    params = list(work.model.parameters())
-    grads = [p.grad for p in params if p.grad is not None]
-    kwargs = [t for t in work.kwargs.values() if isinstance(t, torch.Tensor)]
-    return [*params, *grads, *work.model.buffers(), *work.args, *kwargs, work.target, *state]
-
-
-def _tracked_step(work, device: str) -> int:
+def _tracked_step(work, device: str) -> dict:
     """Peak live tensor bytes of one step on a CPU device, everything already alive included."""
-    from ckptlib import LiveTensorTracker
+    from ckptlib.memory import step_peak
 
-    tracker = LiveTensorTracker(device)
-    tracker.track(*_existing_tensors(work))
-    with tracker:
-        work.step()
-    return tracker.peak_bytes
+    tracker = step_peak(work, device)
+    return {"peak_bytes": tracker.peak_bytes, "peak_breakdown": tracker.peak_by_category}
 
 
 def _measure(work, handle, device: str, warmup_steps: int, steps: int) -> dict:
@@ -184,7 +216,7 @@ def _measure(work, handle, device: str, warmup_steps: int, steps: int) -> dict:
                       alloc_retries=stats.get("num_alloc_retries", 0))
     else:
         tic = time.perf_counter()
-        memory["peak_bytes"] = _tracked_step(work, device)
+        memory.update(_tracked_step(work, device))
         memory["memory_step_s"] = time.perf_counter() - tic
     measured = np.array([s for s, warm in samples if not warm])
     q1, median, q3 = np.percentile(measured, [25, 50, 75]) if len(measured) else (float("nan"),) * 3

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..workload import seeded_generator
+
 
 def build_on_meta(cls, config: dict) -> nn.Module:
     from accelerate import init_empty_weights
@@ -37,7 +39,7 @@ def materialize(model: nn.Module, device: str | torch.device, dtype: torch.dtype
         module_name, _, attr = name.rpartition(".")
         owner = model.get_submodule(module_name) if module_name else model
         owner._buffers[attr] = buffer.to(device)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    generator = seeded_generator(device, seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("bias"):

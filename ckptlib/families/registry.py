@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..apply import BlockSpec, CallConvention, UnsupportedModeError
-from ..workload import Workload, adamw_for, default_dtype, make_trainable
+from ..workload import Workload, adamw_for, default_dtype, make_trainable, seeded_generator
 from .materialize import build_on_meta, materialize
 
 DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
@@ -137,7 +137,7 @@ def build(family: str, preset: str = "tiny", training: str = "lora", device: str
     model = materialize(entry.build_meta(preset), device, dtype, seed)
     model = make_trainable(model, training, list(entry.lora_targets), lora_rank)
     model.train()
-    generator = torch.Generator(device=device).manual_seed(seed + 1)
+    generator = seeded_generator(device, seed + 1)
     kwargs = entry.inputs(model.config, shape, device, dtype, generator)
     kwargs["return_dict"] = False
     grad_inputs = ()
