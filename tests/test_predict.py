@@ -1,0 +1,161 @@
+"""ckptlib.predict: predicted peaks against measured tracked peaks of the same cells on CPU, the
+device model's effects, and predictions through the sweep, report, diff and advise."""
+import resource
+
+import pytest
+import torch
+
+import ckptlib
+from ckptlib import synthetic
+from ckptlib.families import builders
+from ckptlib.memory import CATEGORIES, step_peak
+from ckptlib.predict import DEVICE_MODELS, predict
+
+MODES = {
+    "none": ckptlib.CheckpointConfig("none"),
+    "layer": ckptlib.CheckpointConfig("torch"),
+    "torch-ffn": ckptlib.CheckpointConfig("torch-ffn"),
+    "unsloth": ckptlib.CheckpointConfig("unsloth", min_offload_bytes=0),
+}
+# Small but not trivial: several blocks, real attention lengths, every family's own block structure.
+CASES = {
+    "synthetic": (synthetic.build, {"preset": "cpu-256"}),
+    "flux1": (builders.flux1, {"preset": "tiny", "height": 64, "width": 64}),
+    "wan": (builders.wan, {"preset": "tiny", "height": 32, "width": 32, "frames": 5}),
+    "sdxl": (builders.sdxl, {"preset": "tiny", "height": 64, "width": 64}),
+}
+TOLERANCE = 0.05  # the issue's bound is 10%; the fake run follows the real one op by op
+
+
+def measured_peak(build, config, training, **kwargs):
+    work = build(training=training, **kwargs)
+    handle = ckptlib.apply(work.model, config, work.spec)
+    work.step()
+    tracker = step_peak(work, "cpu")
+    handle.remove()
+    return tracker
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_predicted_peak_is_within_5_percent_of_the_measured_tracked_peak(case, mode):
+    build, kwargs = CASES[case]
+    training = "full" if case == "synthetic" and mode == "none" else "lora"
+    measured = measured_peak(build, MODES[mode], training, **kwargs)
+    predicted = predict(build, MODES[mode], "cpu", training=training, **kwargs)
+    assert abs(predicted.peak_bytes / measured.peak_bytes - 1) <= TOLERANCE, (predicted.peak_bytes, measured.peak_bytes)
+    # The split is the same tracker's: weights and optimizer state match exactly.
+    for category in ("parameters", "optimizer"):
+        assert predicted.breakdown[category] == measured.peak_by_category.get(category, 0), category
+
+
+def test_breakdown_adds_up_and_follows_the_mode():
+    by_mode = {m: predict(synthetic.build, c, "cpu", preset="cpu-256", training="full") for m, c in MODES.items()}
+    for prediction in by_mode.values():
+        assert set(prediction.breakdown) == set(CATEGORIES)
+        assert sum(prediction.breakdown.values()) == prediction.peak_bytes
+        work = synthetic.build("cpu-256", training="full")
+        assert prediction.breakdown["parameters"] == sum(p.numel() * 4 for p in work.model.parameters())
+        assert prediction.breakdown["optimizer"] == 2 * prediction.breakdown["parameters"] + 4 * len(
+            list(work.model.parameters()))  # exp_avg, exp_avg_sq and a step counter per parameter
+    assert by_mode["layer"].breakdown["activations"] < by_mode["torch-ffn"].breakdown["activations"] \
+        < by_mode["none"].breakdown["activations"]
+    assert by_mode["unsloth"].host_offload_bytes > 0 and by_mode["layer"].host_offload_bytes == 0
+    assert by_mode["unsloth"].report["offload"]["tensors_offloaded"] == 7  # regions - 1: region 0 reads the caller's input
+
+
+def test_a_12_gib_model_predicts_without_allocating_it():
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    prediction = predict(synthetic.build, MODES["layer"], "cuda", preset="large-3072", training="frozen")
+    grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 2 ** 20
+    meta = synthetic.build("large-3072", training="frozen", device="meta")
+    assert prediction.breakdown["parameters"] == sum(p.numel() for p in meta.model.parameters()) * 2  # bf16
+    assert prediction.peak_bytes > 12 * 2 ** 30 and grown_gib < 1.0
+
+
+def test_cuda_device_model_rounds_adds_workspace_and_never_materialises_scores():
+    cuda = DEVICE_MODELS["cuda"]
+    prediction = predict(synthetic.build, MODES["none"], "cuda", preset="tiny", training="lora")
+    assert prediction.breakdown["workspace"] == cuda.workspace_bytes
+    assert prediction.peak_bytes % 512 == 0
+    assert prediction.fits(prediction.peak_bytes + cuda.context_bytes)
+    assert not prediction.fits(prediction.peak_bytes + cuda.context_bytes - 1)
+    assert any("flash" in line for line in prediction.assumptions)
+
+    def activations(tokens, device):
+        shape = dict(preset="tiny", training="frozen", tokens=tokens, depth=1, dropout=0.1)
+        return predict(synthetic.build, MODES["none"], device, **shape).breakdown["activations"]
+
+    # Dropout sends CPU attention down the math path (scores kept: quadratic in tokens); the fused
+    # kernel's memory is linear in tokens.
+    cuda_growth = activations(2048, "cuda") / activations(1024, "cuda")
+    cpu_growth = activations(2048, "cpu") / activations(1024, "cpu")
+    assert cuda_growth == pytest.approx(2.0, rel=0.05) and cpu_growth > 3.0
+
+
+def test_unknown_device_model_is_rejected():
+    with pytest.raises(ValueError, match="unknown device model 'tpu'; known: cuda, cpu"):
+        predict(synthetic.build, MODES["none"], "tpu", preset="tiny")
+
+
+def test_gradients_of_a_real_run_are_untouched_by_the_storage_identity_change():
+    """Offload keys on storage identity (fake tensors have no data pointers): dedupe still works."""
+    work = synthetic.build("tiny", training="lora")
+    handle = ckptlib.apply(work.model, ckptlib.CheckpointConfig("none", offload_attention=True, min_offload_bytes=0),
+                           work.spec)
+    work.step()
+    counters = handle.report.offload
+    assert counters["tensors_offloaded"] > 0 and counters["tensors_reloaded"] == counters["tensors_offloaded"]
+    assert torch.isfinite(work.step())
+
+
+def test_predictions_through_the_sweep_report_diff_and_advise(tmp_path):
+    """predict=true records a predicted run; skip_predicted_oom skips what will not fit; reports put
+    the prediction beside the skipped cell; diff compares predicted with measured; advise fills gaps."""
+    from sweep.advise import advise
+    from sweep.diff import diff_runs
+    from sweep.report import load_cells, select_runs
+    from sweep.store import open_store
+    from tests.sweep_helpers import FAST, query, run_sweep
+
+    db = tmp_path / "p.db"
+    cells = ["sweep=none", "preset=cpu-256", "mode=none,layer", "training=frozen"]
+    done = run_sweep(db, *cells, "predict=true", "predict_device=cpu", "card_gib=0.04")
+    assert done.returncode == 0, done.stderr[-2000:]
+    predicted = dict(query(db, "select mode, status from cells"))
+    assert predicted == {"none": "oom", "layer": "ok"}  # 0.05 GiB and 0.03 GiB against a 0.04 GiB card
+    assert query(db, "select provenance, hardware from runs") == [("predicted", "predicted: cpu, 0.04 GiB card")]
+    assert query(db, "select count(*) from cells where breakdown is null or peak_bytes is null") == [(0,)]
+    assert query(db, "select count(*) from samples") == [(0,)]
+
+    done = run_sweep(db, *cells, *FAST[:2], "skip_predicted_oom=true", "card_gib=0.04")
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = dict(query(db, "select mode, status from cells join runs on runs.id = run_id where provenance = 'measured'"))
+    assert measured == {"none": "predicted-oom", "layer": "ok"}
+
+    engine = open_store(f"sqlite:///{db}")
+    frame = load_cells(engine, select_runs(engine))
+    skipped = frame[(frame["provenance"] == "measured") & (frame["mode"] == "none")].iloc[0]
+    [(predicted_none,)] = query(db, "select peak_bytes from cells where mode = 'none' and peak_bytes is not null")
+    assert skipped.text == f"OOM (predicted {predicted_none / 2 ** 30:.2f} GiB)"
+
+    result = diff_runs(engine, "predicted: cpu, 0.04 GiB card", frame[frame.provenance == "measured"].hardware.iloc[0])
+    layer = result.cells[result.cells["mode"] == "layer"].iloc[0]
+    assert layer.memory_ratio == pytest.approx(1.0, abs=TOLERANCE)
+
+    advice = advise(frame, "synthetic", 40 * 2 ** 20, margin=0.0)
+    assert advice.mode == "layer" and "predictions (predicted: cpu, 0.04 GiB card) stand in for 1 mode(s)" in str(advice)
+    engine.dispose()
+
+
+def test_bad_prediction_settings_are_refused_before_anything_runs(tmp_path):
+    from tests.sweep_helpers import query, run_sweep
+
+    db = tmp_path / "bad.db"
+    done = run_sweep(db, "sweep=none", "preset=tiny", "predict=true", "predict_device=tpu", "card_gib=-1")
+    assert done.returncode != 0
+    assert "unknown predict_device 'tpu'; valid: cuda, cpu" in done.stderr
+    assert "card_gib must be a positive number of GiB, got -1" in done.stderr
+    done = run_sweep(db, "sweep=none", "preset=tiny", "device=cpu", "skip_predicted_oom=true")
+    assert done.returncode != 0 and "skip_predicted_oom on a CPU needs a card size: set card_gib" in done.stderr
+    assert not db.exists() or query(db, "select count(*) from cells") == [(0,)]
