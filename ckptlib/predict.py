@@ -23,7 +23,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
-from .apply import apply
+from .apply import UnsupportedModeError, apply
 from .config import CheckpointConfig
 from .memory import CATEGORIES, step_peak
 from .workload import Workload, adamw_for
@@ -101,8 +101,15 @@ def predict(build: Callable[..., Workload], config: CheckpointConfig, device: st
     `build` is a family's build function (preset, training, device, dtype, ... -> Workload).
     """
     model = device_model(device)
+    quantization = build_kwargs.get("quantization", "none")
+    if quantization != "none":
+        # torchao's and SDNQ's quantizers compute scales from real weights (SDNQ through torch.compile),
+        # which neither meta nor fake tensors carry.
+        raise UnsupportedModeError(f"predict: {quantization} base weights cannot be quantized under FakeTensorMode; "
+                                   "predictions cover quantization none only")
     started = time.perf_counter()
-    work = build(device="meta", dtype=model.dtype, **build_kwargs)
+    dtype = build_kwargs.pop("dtype", None) or model.dtype
+    work = build(device="meta", dtype=dtype, **build_kwargs)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     work = _fake_workload(work, mode, model)
     # Patched, not a TorchFunctionMode: checkpoint's recompute runs outside torch function modes.

@@ -100,14 +100,15 @@ def resolve_shape(preset: str | SyntheticShape, **overrides) -> SyntheticShape:
 
 
 def build(preset: str | SyntheticShape = "tiny", training: str = "lora", device: str = "cpu",
-          lora_rank: int = 16, seed: int = 0, dtype: torch.dtype | None = None, **shape_overrides) -> Workload:
+          lora_rank: int = 16, seed: int = 0, dtype: torch.dtype | None = None, quantization: str = "none",
+          **shape_overrides) -> Workload:
     """The synthetic family's training step: frozen base + LoRA on qkv/out (`lora`), input-only
-    gradients (`frozen`) or every weight with AdamW (`full`)."""
+    gradients (`frozen`) or every weight with AdamW (`full`); the base optionally quantized."""
     shape = resolve_shape(preset, **shape_overrides)
     dtype = dtype or default_dtype(device)
     torch.manual_seed(seed)
     model = SyntheticTransformer(shape, device=device, dtype=dtype)
-    model = make_trainable(model, training, LORA_TARGETS, lora_rank)
+    model = make_trainable(model, training, LORA_TARGETS, lora_rank, quantization)
     model.train()
     x = torch.randn(shape.batch, shape.tokens, shape.width, device=device, dtype=dtype, requires_grad=training == "frozen")
     target = torch.randn_like(x, requires_grad=False)

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .apply import BlockSpec
+from .apply import BlockSpec, UnsupportedModeError
+from .quantize import quantize_base
 
 TRAINING_MODES = ("lora", "frozen", "full")
 
@@ -61,11 +62,17 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
 
 
-def make_trainable(model: nn.Module, training: str, lora_targets: list[str], lora_rank: int) -> nn.Module:
-    """Set which weights train: LoRA adapters (PEFT) on a frozen base, nothing, or everything."""
+def make_trainable(model: nn.Module, training: str, lora_targets: list[str], lora_rank: int,
+                   quantization: str = "none") -> nn.Module:
+    """Set which weights train: LoRA adapters (PEFT) on a frozen base, nothing, or everything.
+    A quantized base (ckptlib.quantize) is quantized before the adapters wrap its layers."""
     if training not in TRAINING_MODES:
         raise ValueError(f"unknown training mode {training!r}; valid modes: {', '.join(TRAINING_MODES)}")
     model.requires_grad_(training == "full")
+    if quantization != "none":
+        if training == "full":
+            raise UnsupportedModeError(f"{quantization}: a quantized base does not train in full; use lora or frozen")
+        quantize_base(model, quantization, next(model.parameters()).device)
     if training == "lora":
         from peft import LoraConfig, inject_adapter_in_model
 

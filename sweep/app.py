@@ -17,7 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from . import environment, store
-from .cell import RETRYABLE, Cell, cell_from_config, import_builder
+from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
+
+from .cell import DTYPES, RETRYABLE, Cell, cell_from_config, import_builder
 from .worker import measure_cell, predict_cell, run_isolated
 
 CONFIG_PATH = str(environment.PROJECT_ROOT / "conf")
@@ -141,7 +143,7 @@ def hydra_app(cfg: DictConfig) -> dict:
 
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
 VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep", "predict", "predict_device", "card_gib",
-                  "skip_predicted_oom", "device")
+                  "skip_predicted_oom", "device", "dtype", "quantization")
 
 
 def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
@@ -183,6 +185,10 @@ def validate(jobs: list[DictConfig]) -> None:
         if job.training not in ("lora", "frozen", "full"):
             problems.append(f"unknown training mode {job.training!r}; valid modes: lora, frozen, full")
         problems += prediction_problems(job)
+        if job.dtype != "auto" and job.dtype not in DTYPES:
+            problems.append(f"unknown dtype {job.dtype!r}; valid: auto, {', '.join(DTYPES)}")
+        if job.quantization.name not in QUANTIZATION_NAMES:
+            problems.append(f"unknown quantization {job.quantization.name!r}; valid: {', '.join(QUANTIZATION_NAMES)}")
     if problems:
         unique = list(dict.fromkeys(problems))
         raise SweepConfigError("the sweep cannot start:\n  " + "\n  ".join(unique))

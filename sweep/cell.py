@@ -11,6 +11,8 @@ from ckptlib import CheckpointConfig
 
 STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid", "predicted-oom")
 RETRYABLE = ("failed", "timeout", "crashed")  # what rerun=failed runs again
+LATER_FIELDS = {"dtype": "auto"}
+DTYPES = {"bf16": lambda torch: torch.bfloat16, "fp16": lambda torch: torch.float16, "fp32": lambda torch: torch.float32}
 
 
 def identity_key(identity: dict[str, Any]) -> str:
@@ -34,11 +36,22 @@ class Cell:
     lora_rank: int = 16
     shape: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's shape
     seed: int = 0
+    dtype: str = "auto"  # auto: bf16 on accelerators, fp32 on CPU
 
     @property
     def key(self) -> str:
-        """Identity: a hash of the canonical config (the label `mode` is not part of it)."""
-        return identity_key({k: v for k, v in asdict(self).items() if k != "mode"})
+        """Identity: a hash of the canonical config (the label `mode` is not part of it). Fields
+        added after the first release are left out at their defaults, so older runs resume."""
+        identity = {k: v for k, v in asdict(self).items() if k != "mode"}
+        for name, default in LATER_FIELDS.items():
+            if identity[name] == default:
+                del identity[name]
+        return identity_key(identity)
+
+    def torch_dtype(self):
+        import torch
+
+        return None if self.dtype == "auto" else DTYPES[self.dtype](torch)
 
     def checkpoint_config(self) -> CheckpointConfig:
         """Raises ValueError for a combination that is not a valid config (status `invalid`)."""
@@ -70,5 +83,5 @@ def cell_from_config(cfg) -> Cell:
         offload_attention=bool(mode.get("offload_attention", False)),
         pin_memory_max_buckets=int(cfg["pin_memory_max_buckets"]), quantization=cfg["quantization"]["name"],
         training=cfg["training"], lora_rank=int(cfg["lora_rank"]), shape=dict(cfg.get("shape") or {}),
-        seed=int(cfg["seed"]),
+        seed=int(cfg["seed"]), dtype=str(cfg.get("dtype", "auto")),
     )

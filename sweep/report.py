@@ -109,21 +109,26 @@ def _sources(cells: pd.DataFrame) -> list[str]:
 
 def synthetic_matrix(cells: pd.DataFrame) -> pd.DataFrame:
     """Rows GPU (x Tokens when the sweep has several), columns the docs' mode names; gaps read `not run`."""
-    cells = cells.assign(column=cells["mode"].map(lambda m: SYNTHETIC_COLUMNS.get(m, m)))
-    rows = ["hardware", "tokens"] if cells["tokens"].nunique(dropna=True) > 1 else ["hardware"]
-    matrix = cells.pivot_table(index=rows, columns="column", values="text", aggfunc="last")
+    cells = cells.assign(column=cells["mode"].map(lambda m: SYNTHETIC_COLUMNS.get(m, m)),
+                         quantization=pd.Categorical(cells["quantization"], _quantization_order(cells), ordered=True))
+    rows = ["hardware", *(axis for axis in ("tokens", "quantization") if cells[axis].nunique(dropna=True) > 1)]
+    matrix = cells.pivot_table(index=rows, columns="column", values="text", aggfunc="last", observed=True)
     extra = sorted(set(matrix.columns) - set(SYNTHETIC_COLUMNS.values()))
-    matrix = matrix.reindex(columns=[*SYNTHETIC_COLUMNS.values(), *extra]).fillna(NOT_RUN)
+    matrix = matrix.reindex(columns=[*SYNTHETIC_COLUMNS.values(), *extra]).astype(object).fillna(NOT_RUN)
     matrix.columns.name = None
-    return matrix.reset_index().rename(columns={"hardware": "GPU", "tokens": "Tokens"})
+    return matrix.reset_index().rename(columns={"hardware": "GPU", "tokens": "Tokens", "quantization": "precision"})
+
+
+def _quantization_order(cells: pd.DataFrame) -> list[str]:
+    present = set(cells["quantization"])
+    return [q for q in QUANTIZATION_ORDER if q in present] + sorted(present - set(QUANTIZATION_ORDER))
 
 
 def family_matrix(cells: pd.DataFrame) -> pd.DataFrame:
     """Rows precision/quantization (docs order), columns modes (docs order)."""
     matrix = cells.pivot_table(index="quantization", columns="mode", values="text", aggfunc="last")
     columns = [m for m in FAMILY_MODES if m in matrix.columns] + sorted(set(matrix.columns) - set(FAMILY_MODES))
-    order = [q for q in QUANTIZATION_ORDER if q in matrix.index] + sorted(set(matrix.index) - set(QUANTIZATION_ORDER))
-    matrix = matrix.reindex(index=order, columns=columns).fillna(NOT_RUN)
+    matrix = matrix.reindex(index=_quantization_order(cells), columns=columns).astype(object).fillna(NOT_RUN)
     matrix.columns.name = None
     return matrix.reset_index().rename(columns={"quantization": "precision"})
 

@@ -78,6 +78,7 @@ class CellResult(Base):
     alloc_retries: Mapped[int | None] = mapped_column(Integer)
     host_offload_peak_bytes: Mapped[int | None] = mapped_column(Integer)
     breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # bytes by category at the peak
+    weight_bytes: Mapped[int | None] = mapped_column(Integer)  # storage of the base weights (quantized or not)
     device_name: Mapped[str | None] = mapped_column(String(200))
     host: Mapped[str | None] = mapped_column(String(200))
     wall_s: Mapped[float | None] = mapped_column(Float)
@@ -103,7 +104,7 @@ class Sample(Base):
 
 RESULT_COLUMNS = ("status", "reason", "traceback", "sec_per_step", "mean_s", "iqr_s", "peak_bytes",
                   "peak_reserved_bytes", "first_step_peak_bytes", "alloc_retries", "host_offload_peak_bytes",
-                  "breakdown", "device_name", "wall_s", "report", "plan")
+                  "breakdown", "weight_bytes", "device_name", "wall_s", "report", "plan")
 
 
 def _sqlite_pragmas(engine: Engine) -> None:

@@ -91,6 +91,7 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int, skip_ov
     """Build, apply the mode, warm up, measure. With `skip_over_bytes`, predict first and skip a
     cell whose predicted peak does not fit that card. Runs inside the child."""
     import ckptlib
+    from ckptlib.quantize import base_weight_bytes
 
     def measure(spec, config, build):
         timings = {}
@@ -103,10 +104,11 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int, skip_ov
                         "breakdown": prediction.breakdown, "timings": timings}
         tic = time.perf_counter()
         work = build(preset=spec.preset, training=spec.training, device=device, lora_rank=spec.lora_rank,
-                     seed=spec.seed, **spec.shape)
+                     seed=spec.seed, quantization=spec.quantization, dtype=spec.torch_dtype(), **spec.shape)
         handle = ckptlib.apply(work.model, config, work.spec)
         timings["build_s"] = time.perf_counter() - tic
         result = _measure(work, handle, device, warmup_steps, steps)
+        result["weight_bytes"] = base_weight_bytes(work.model)
         timings["memory_step_s"] = result.pop("memory_step_s", 0.0)
         result["timings"] = timings
         return result
@@ -134,7 +136,7 @@ def _predict(spec, config, build, device_model: str):
     from ckptlib.predict import predict
 
     return predict(build, config, device_model, preset=spec.preset, training=spec.training, lora_rank=spec.lora_rank,
-                   seed=spec.seed, **spec.shape)
+                   seed=spec.seed, quantization=spec.quantization, dtype=spec.torch_dtype(), **spec.shape)
 
 
 def _over_card(prediction, card_bytes: int) -> str:
@@ -156,8 +158,6 @@ def _with_status(cell: dict, run) -> dict:
     except ValueError as error:
         return {"status": "invalid", "reason": str(error)}
     try:
-        if spec.quantization != "none":
-            raise ckptlib.UnsupportedModeError(f"quantization {spec.quantization!r} is not implemented")
         return run(spec, config, import_builder(spec.builder))
     except ckptlib.UnsupportedModeError as error:
         return {"status": "unsupported", "reason": str(error)}

@@ -128,14 +128,15 @@ def resolve_shape(family: str, preset: str, **overrides) -> FamilyShape:
 
 
 def build(family: str, preset: str = "tiny", training: str = "lora", device: str = "cpu", lora_rank: int = 16,
-          seed: int = 0, dtype: torch.dtype | None = None, **shape_overrides) -> Workload:
-    """A family's training step: random weights, the family's inputs, flow-matching-style MSE."""
+          seed: int = 0, dtype: torch.dtype | None = None, quantization: str = "none", **shape_overrides) -> Workload:
+    """A family's training step: random weights (the base optionally quantized), the family's
+    inputs, flow-matching-style MSE."""
     entry = get(family)
     shape = resolve_shape(family, preset, **shape_overrides)
     dtype = dtype or default_dtype(device)
     device = torch.device(device)
     model = materialize(entry.build_meta(preset), device, dtype, seed)
-    model = make_trainable(model, training, list(entry.lora_targets), lora_rank)
+    model = make_trainable(model, training, list(entry.lora_targets), lora_rank, quantization)
     model.train()
     generator = seeded_generator(device, seed + 1)
     kwargs = entry.inputs(model.config, shape, device, dtype, generator)

@@ -1,0 +1,109 @@
+"""Quantized base weights: the frozen Linear weights of a family stored in int8 or fp8 by TorchAO
+or SDNQ, before LoRA adapters are attached (PEFT wraps the quantized layers).
+
+Each scheme declares what it needs; `check_supported` names what is missing (no silent bf16 run).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from .apply import UnsupportedModeError
+
+
+@dataclass(frozen=True)
+class Quantization:
+    name: str  # the matrix row label
+    package: str  # import name of the library that does the work
+    quantize: Callable[[nn.Module], None]  # in place, on the frozen base model
+    needs_cuda: bool = False
+    min_capability: tuple[int, int] | None = None  # CUDA compute capability
+    weight_bits: int = 16
+    cpu_environment: tuple[tuple[str, str], ...] = ()  # set before the package is first imported on a CPU
+
+
+def _torchao(config_name: str) -> Callable[[nn.Module], None]:
+    def quantize(model: nn.Module) -> None:
+        from torchao import quantization
+
+        quantization.quantize_(model, getattr(quantization, config_name)())
+    return quantize
+
+
+def _sdnq(use_hadamard: bool) -> Callable[[nn.Module], None]:
+    def quantize(model: nn.Module) -> None:
+        # The training variant: SDNQ's inference layers run without autograd, so nothing upstream
+        # of them would get a gradient.
+        from sdnq.training import sdnq_training_post_load_quant
+
+        sdnq_training_post_load_quant(model, weights_dtype="int8", use_hadamard=use_hadamard, add_skip_keys=False)
+    return quantize
+
+
+QUANTIZATIONS: dict[str, Quantization] = {q.name: q for q in (
+    Quantization("int8-torchao", "torchao", _torchao("Int8WeightOnlyConfig"), weight_bits=8),
+    Quantization("fp8-torchao", "torchao", _torchao("Float8WeightOnlyConfig"), needs_cuda=True, min_capability=(8, 9),
+                 weight_bits=8),
+    # On CPU, SDNQ's torch.compile'd kernels run eagerly: compiling them takes minutes on 2 cores,
+    # and the CPU memory tracker (a dispatch mode) cannot run compiled code.
+    Quantization("int8-sdnq", "sdnq", _sdnq(use_hadamard=False), weight_bits=8,
+                 cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
+    Quantization("int8-sdnq-hadamard", "sdnq", _sdnq(use_hadamard=True), weight_bits=8,
+                 cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
+)}
+NAMES = ("none", *QUANTIZATIONS)
+
+
+def check_supported(name: str, device: str | torch.device) -> None:
+    """UnsupportedModeError naming what this device or environment lacks for `name`."""
+    if name == "none":
+        return
+    if name not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {name!r}; valid: {', '.join(NAMES)}")
+    scheme, device = QUANTIZATIONS[name], torch.device(device)
+    if scheme.needs_cuda and device.type not in ("cuda", "meta"):
+        raise UnsupportedModeError(f"{name} needs a CUDA GPU; this cell runs on {device.type}")
+    if scheme.min_capability and device.type == "cuda" and torch.cuda.get_device_capability(device) < scheme.min_capability:
+        have = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        need = ".".join(map(str, scheme.min_capability))
+        raise UnsupportedModeError(f"{name} needs compute capability {need} or newer; this GPU has {have}")
+    if device.type == "cpu":
+        for key, value in scheme.cpu_environment:
+            os.environ.setdefault(key, value)
+    try:
+        importlib.import_module(scheme.package)
+    except ImportError as error:
+        raise UnsupportedModeError(f"{name} needs the {scheme.package} package (pip install 'ckpt-sweep[quant]'): "
+                                   f"{error}") from None
+
+
+def quantize_base(model: nn.Module, name: str, device: str | torch.device) -> None:
+    """Quantize the (frozen) base weights of `model` in place."""
+    check_supported(name, device)
+    if name != "none":
+        QUANTIZATIONS[name].quantize(model)
+
+
+def storage_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor really holds: the inner tensors of a quantized tensor subclass, not its logical dtype."""
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(storage_bytes(getattr(tensor, n)) for n in names)
+    return tensor.untyped_storage().nbytes()
+
+
+def base_weight_bytes(model: nn.Module) -> int:
+    """Storage bytes of the model's weights and buffers, LoRA adapters excluded."""
+    seen, total = set(), 0
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if "lora_" in name or id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        total += storage_bytes(tensor)
+    return total
