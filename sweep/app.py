@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import socket
 import sys
 import time
 from collections import Counter
@@ -40,6 +39,17 @@ def register_families() -> None:
 
 
 register_families()
+
+
+def register_resolvers() -> None:
+    """What the launcher presets ask of this machine: one GPU per cell where there are GPUs,
+    otherwise `workers` parallel CPU cells."""
+    gpus = environment.gpu_count
+    OmegaConf.register_new_resolver("gpus_per_cell", lambda: 1 if gpus() else 0, replace=True)
+    OmegaConf.register_new_resolver("ray_cpus", lambda workers: None if gpus() else int(workers), replace=True)
+
+
+register_resolvers()
 
 
 class SweepConfigError(ValueError):
@@ -85,11 +95,11 @@ def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
     """What the isolated worker runs for this cell: a prediction, or a measurement (optionally
     skipping cells predicted not to fit the card)."""
     if cfg.predict:
-        return predict_cell, (cell.as_dict(), cfg.predict_device, card_bytes(cfg))
+        return predict_cell, cell.as_dict(), (cfg.predict_device, card_bytes(cfg))
     skip_over = None
     if cfg.skip_predicted_oom:
         skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
-    return measure_cell, (cell.as_dict(), device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over)
+    return measure_cell, cell.as_dict(), (device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over)
 
 
 def should_run(previous: str | None, rerun: str) -> bool:
@@ -130,8 +140,8 @@ def execute(cfg: DictConfig) -> dict:
         result = {"status": "invalid", "reason": str(error)}
     else:
         result = run_isolated(*cell_task(cfg, cell, state.device), cfg.measure.timeout_s)
-    store.record_cell(state.engine, state.run_id, cell.as_dict(), cell.key, result, host=socket.gethostname(),
-                      tokens=shape_tokens(cell))
+    store.record_cell(state.engine, state.run_id, cell.as_dict(), cell.key, result,
+                      worker=environment.worker_identity(), tokens=shape_tokens(cell))
     state.done[cell.key] = result["status"]
     return {**summary, "skipped": False, **{k: result.get(k) for k in ("status", "reason", "sec_per_step", "peak_bytes", "wall_s")}}
 
@@ -143,7 +153,7 @@ def hydra_app(cfg: DictConfig) -> dict:
 
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
 VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep", "predict", "predict_device", "card_gib",
-                  "skip_predicted_oom", "device", "dtype", "quantization")
+                  "skip_predicted_oom", "device", "dtype", "quantization", "launcher")
 
 
 def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
@@ -184,7 +194,7 @@ def validate(jobs: list[DictConfig]) -> None:
             problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
         if job.training not in ("lora", "frozen", "full"):
             problems.append(f"unknown training mode {job.training!r}; valid modes: lora, frozen, full")
-        problems += prediction_problems(job)
+        problems += prediction_problems(job) + launcher_problems(job)
         if job.dtype != "auto" and job.dtype not in DTYPES:
             problems.append(f"unknown dtype {job.dtype!r}; valid: auto, {', '.join(DTYPES)}")
         if job.quantization.name not in QUANTIZATION_NAMES:
@@ -192,6 +202,27 @@ def validate(jobs: list[DictConfig]) -> None:
     if problems:
         unique = list(dict.fromkeys(problems))
         raise SweepConfigError("the sweep cannot start:\n  " + "\n  ".join(unique))
+
+
+def job_value(job: DictConfig, key: str):
+    """A key of a composed job config whose value interpolates `${hydra:...}` (run.name)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_config = HydraConfig.instance()
+    previous = hydra_config.cfg
+    hydra_config.set_config(job)
+    try:
+        return OmegaConf.select(job, key)
+    finally:
+        hydra_config.cfg = previous
+
+
+def launcher_problems(job: DictConfig) -> list[str]:
+    target = str(OmegaConf.select(job, "hydra.launcher._target_") or "")
+    if "SlurmLauncher" in target and str(job.db.url).startswith("sqlite"):
+        return ["launcher=slurm runs cells on many nodes, which cannot share a SQLite file safely: "
+                "set db.url to a PostgreSQL URL (postgresql+psycopg://user:password@host/database)"]
+    return []
 
 
 def prediction_problems(job: DictConfig) -> list[str]:
@@ -221,10 +252,13 @@ class SweepCallback(Callback):
         self.total = None
         self.started = 0.0
         self.counts: Counter = Counter()
-        self.results: list[dict] = []
+        self.results: list[dict] = []  # jobs that ran in this process (the local launcher)
+        self.targets: dict[str, set[str]] = {}  # database URL -> run names this sweep writes
+        self.since = store.now()
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         expanded = expand_jobs(config)
+        checks = [config]
         if expanded is not None:
             self.total, checks = expanded
             try:
@@ -232,6 +266,11 @@ class SweepCallback(Callback):
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None
+        # Cells may run in other processes or on other nodes (launchers): the summary reads the database.
+        self.targets = {}
+        for job in checks:
+            self.targets.setdefault(str(job.db.url), set()).add(str(job_value(job, "run.name")))
+        self.since = store.now()
         self.started = time.perf_counter()
         if self.console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -242,6 +281,15 @@ class SweepCallback(Callback):
                                      refresh_per_second=2)
             self.task = self.progress.add_task("cells", total=self.total, counts="")
             self.progress.start()
+
+    def __getstate__(self) -> dict:
+        # Launchers ship the callbacks to each job's process (Ray pickles them): a console and a live
+        # progress bar stay behind; jobs there print JSON lines.
+        return {**self.__dict__, "console": None, "progress": None, "task": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.console = Console(stderr=True)
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         if self.progress is not None:
@@ -266,13 +314,19 @@ class SweepCallback(Callback):
             self.progress.stop()
         from .report import run_matrix, summary_table
 
-        for state in _runs.values():
-            store.finish_run(state.engine, state.run_id)
-
         elapsed = time.perf_counter() - self.started
-        if self.console.is_terminal:
+        if self.console.is_terminal and self.results:
             self.console.print(summary_table(self.results))
-        counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts.items()))
-        print(f"{len(self.results)} cells in {elapsed:.1f} s: {counts}", file=sys.stderr, flush=True)
-        for state in _runs.values():
-            print(run_matrix(state.engine, state.run_id), flush=True)
+        counts: Counter = Counter({"skipped": self.counts["skipped"]} if self.counts["skipped"] else {})
+        matrices = []
+        for url, names in self.targets.items():
+            engine = store.open_store(url)
+            for run_id, statuses in sorted(store.runs_recorded_since(engine, sorted(names), self.since).items()):
+                store.finish_run(engine, run_id)
+                counts.update(statuses)
+                matrices.append(run_matrix(engine, run_id))
+            engine.dispose()
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        print(f"{sum(counts.values())} cells in {elapsed:.1f} s: {summary}", file=sys.stderr, flush=True)
+        for matrix in matrices:
+            print(matrix, flush=True)

@@ -5,6 +5,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -59,6 +60,38 @@ def gpu_info() -> dict:
         return {}
     finally:
         pynvml.nvmlShutdown()
+
+
+def gpu_count() -> int:
+    """GPUs this process may use (NVML, CUDA left uninitialised; CUDA_VISIBLE_DEVICES honoured)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+def worker_identity() -> dict:
+    """Which process, host and GPU ran a cell: cells of one run may land on many GPUs and nodes."""
+    identity = {"host": socket.gethostname(), "pid": os.getpid(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    gpu = gpu_info()
+    identity.update({f"gpu_{k}": gpu[k] for k in ("name", "uuid") if k in gpu})
+    for variable in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURMD_NODENAME"):
+        if variable in os.environ:
+            identity[variable.lower()] = os.environ[variable]
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        identity["ray_worker_id"] = ray.get_runtime_context().get_worker_id()
+    return identity
 
 
 def hardware_label(device: str) -> str:

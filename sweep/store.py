@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint,
-                        create_engine, event, inspect, select)
+                        create_engine, event, func, inspect, select)
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 PROVENANCES = ("measured", "published", "predicted")
@@ -81,6 +81,7 @@ class CellResult(Base):
     weight_bytes: Mapped[int | None] = mapped_column(Integer)  # storage of the base weights (quantized or not)
     device_name: Mapped[str | None] = mapped_column(String(200))
     host: Mapped[str | None] = mapped_column(String(200))
+    worker: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # process, host, GPU name/UUID, scheduler ids
     wall_s: Mapped[float | None] = mapped_column(Float)
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -135,6 +136,11 @@ def open_store(url: str) -> Engine:
             raise StoreError(f"database path {path} is not a file")
         if not path.parent.exists():
             raise StoreError(f"database directory {path.parent} does not exist")
+        mount, kind = filesystem_of(path.resolve())
+        if kind in NETWORK_FILESYSTEMS:
+            raise StoreError(f"database {path} is on a network file system ({kind} at {mount}): SQLite's locking is "
+                             f"not safe there and rows from parallel cells can be lost; use a PostgreSQL URL "
+                             f"(db.url=postgresql+psycopg://user:password@host/database)")
     try:
         engine = create_engine(parsed, connect_args={"timeout": 60} if sqlite else {})
     except (NoSuchModuleError, ImportError, ArgumentError) as error:
@@ -147,6 +153,29 @@ def open_store(url: str) -> Engine:
         engine.dispose()
         raise StoreError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {error.orig}") from None
     return engine
+
+
+NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
+                       "fuse.sshfs", "fuse.glusterfs", "9p", "afs"}
+
+
+def filesystem_of(path: Path, mounts: str | None = None) -> tuple[str, str]:
+    """(mount point, file system type) holding `path`, from /proc/mounts; ("", "") where unknown."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return "", ""
+    best = ("", "")
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = fields[1].replace("\\040", " ")
+        inside = str(path) == mount or str(path).startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best[0]):
+            best = (mount, fields[2])
+    return best
 
 
 def _create_or_upgrade_schema(engine: Engine) -> None:
@@ -168,13 +197,35 @@ def _create_or_upgrade_schema(engine: Engine) -> None:
 
 
 def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str = "measured", **fields) -> int:
-    with Session(engine) as session, session.begin():
-        run = session.scalar(select(Run).where(Run.name == name, Run.hardware == hardware, Run.provenance == provenance))
-        if run is None:
-            run = Run(name=name, hardware=hardware, provenance=provenance, **fields)
-            session.add(run)
-            session.flush()
-        return run.id
+    """The run's id, creating it if needed. Workers that start at once race on the insert: the
+    loser (a unique-constraint violation on PostgreSQL) reads the winner's row."""
+    for attempt in range(2):
+        try:
+            with Session(engine) as session, session.begin():
+                run = session.scalar(select(Run).where(Run.name == name, Run.hardware == hardware,
+                                                       Run.provenance == provenance))
+                if run is None:
+                    run = Run(name=name, hardware=hardware, provenance=provenance, **fields)
+                    session.add(run)
+                    session.flush()
+                return run.id
+        except IntegrityError:
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def runs_recorded_since(engine: Engine, names: list[str], since: dt.datetime) -> dict[int, dict[str, int]]:
+    """Runs named `names` with cells recorded at or after `since` -> status -> count of those cells
+    (what a sweep wrote, whichever processes or nodes its cells ran on)."""
+    query = (select(CellResult.run_id, CellResult.status, func.count()).join(Run)
+             .where(Run.name.in_(names), CellResult.recorded_at >= since)
+             .group_by(CellResult.run_id, CellResult.status))
+    counts: dict[int, dict[str, int]] = {}
+    with engine.connect() as connection:
+        for run_id, status, count in connection.execute(query):
+            counts.setdefault(run_id, {})[status] = count
+    return counts
 
 
 def finish_run(engine: Engine, run_id: int) -> None:
@@ -210,19 +261,20 @@ def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
     return ids
 
 
-def _cell_row(cell: dict, key: str, result: dict, host: str | None = None, tokens: int | None = None) -> CellResult:
+def _cell_row(cell: dict, key: str, result: dict, worker: dict | None = None, tokens: int | None = None) -> CellResult:
     row = CellResult(
         cell_key=key, family=cell["family"], preset=cell["preset"], mode=cell["mode"],
         backend=cell.get("backend"), interval=cell.get("interval"), stride=cell.get("stride"),
         offload_attention=cell.get("offload_attention"), quantization=cell.get("quantization", "none"),
-        training=cell.get("training"), tokens=tokens, config=cell, host=host,
+        training=cell.get("training"), tokens=tokens, config=cell, worker=worker,
+        host=(worker or {}).get("host"),
         **{k: result.get(k) for k in RESULT_COLUMNS},
     )
     row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.get("samples", ()))]
     return row
 
 
-def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict, host: str | None = None,
+def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict, worker: dict | None = None,
                 tokens: int | None = None) -> None:
     """Insert or replace one cell and its samples, in one transaction."""
     with Session(engine) as session, session.begin():
@@ -230,6 +282,6 @@ def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict,
         if existing is not None:
             session.delete(existing)
             session.flush()
-        row = _cell_row(cell, key, result, host=host, tokens=tokens)
+        row = _cell_row(cell, key, result, worker=worker, tokens=tokens)
         row.run_id = run_id
         session.add(row)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing as mp
+import os
 import signal
 import time
 import traceback
@@ -16,27 +17,34 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "ckptlib.families.classes", "peft", "sweep.worker"]
+PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.worker"]
+# What a builder's module needs preloaded besides itself: every diffusers class for the families
+# (5 s of imports a child would otherwise pay per cell).
+PRELOAD_FOR = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
 TRACEBACK_CHARS = 4000
 _OOM_MESSAGES = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "can't allocate memory",
                  "not enough memory", "out of memory")
 _context = None
 
 
-def fork_server():
+def fork_server(builder_module: str):
+    """The fork server, started on first use with what the first cell's builder needs preloaded."""
     global _context
     if _context is None:
         _context = mp.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
+        _context.set_forkserver_preload([*PRELOAD, builder_module, *PRELOAD_FOR.get(builder_module, [])])
     return _context
 
 
-def run_isolated(task, args: tuple, timeout_s: float) -> dict:
-    """`task(*args)` (measure_cell or predict_cell) in a child process; returns its result dict, or
-    one naming how the child ended, with at least `status` and `reason`."""
-    ctx = fork_server()
+def run_isolated(task, cell: dict, args: tuple, timeout_s: float) -> dict:
+    """`task(cell, *args)` (measure_cell or predict_cell) in a child process; returns its result
+    dict, or one naming how the child ended, with at least `status` and `reason`."""
+    ctx = fork_server(cell["builder"].rpartition(".")[0])
     receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=child_main, args=(sender, task, args), daemon=True)
+    # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
+    # may since have assigned this process another GPU.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    child = ctx.Process(target=child_main, args=(sender, task, (cell, *args), visible), daemon=True)
     started = time.perf_counter()
     child.start()
     sender.close()
@@ -77,8 +85,12 @@ def _exit_reason(code: int | None) -> str:
     return f"child exited with code {code} before reporting"
 
 
-def child_main(conn, task, args: tuple) -> None:
+def child_main(conn, task, args: tuple, visible_devices: str | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
+    if visible_devices is None:  # before anything initialises CUDA
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
     gc.freeze()  # the preloaded heap is the fork server's: collections skip it (0.2 s each otherwise)
     started = time.perf_counter()
     result = task(*args)

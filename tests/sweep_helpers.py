@@ -13,8 +13,8 @@ SUPPORT = Path(__file__).resolve().parent / "support"
 FAST = ["measure.warmup_steps=1", "measure.steps=2", "training=lora"]
 
 
-def sweep_env() -> dict:
-    env = dict(os.environ)
+def sweep_env(extra: dict | None = None) -> dict:
+    env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(SUPPORT), env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -25,8 +25,8 @@ def sweep_args(db: Path, *overrides: str) -> list[str]:
             f"hydra.searchpath=[file://{SUPPORT / 'conf'}]", *overrides]
 
 
-def run_sweep(db: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(), cwd=ROOT,
+def run_sweep(db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(extra_env), cwd=ROOT,
                           timeout=timeout)
 
 

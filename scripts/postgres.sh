@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A PostgreSQL server on localhost for the PostgreSQL tests (Debian's package; run as root).
+#   scripts/postgres.sh start   installs it if needed, starts it, prints the SQLAlchemy URL
+#   scripts/postgres.sh stop
+# The role may create databases: each test makes its own and drops it.
+set -euo pipefail
+ROLE=ckpt PASSWORD=ckpt DATABASE=ckpt_sweep
+
+install() {
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q postgresql >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }
+}
+
+version() { ls /usr/lib/postgresql | sort -V | tail -1; }
+
+case "${1:-}" in
+  start)
+    command -v pg_ctlcluster >/dev/null || install
+    v=$(version)
+    pg_lsclusters -h | grep -q "^$v main" || pg_createcluster "$v" main >/dev/null
+    pg_lsclusters -h | grep -q "^$v main .* online" || pg_ctlcluster "$v" main start
+    su postgres -c "psql -q -v ON_ERROR_STOP=1" >/dev/null <<SQL
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
+    CREATE ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASSWORD';
+  END IF;
+END \$\$;
+SQL
+    su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname = '$DATABASE'\"" | grep -q 1 \
+      || su postgres -c "createdb -O $ROLE $DATABASE"
+    echo "postgresql+psycopg://$ROLE:$PASSWORD@localhost:5432/$DATABASE"
+    ;;
+  stop)
+    pg_ctlcluster "$(version)" main stop
+    ;;
+  *)
+    echo "usage: $0 start|stop" >&2
+    exit 2
+    ;;
+esac

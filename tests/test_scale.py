@@ -1,0 +1,204 @@
+"""Scale-out: the pod launcher (a real local Ray) runs cells in parallel, PostgreSQL holds the same
+rows as SQLite, the slurm preset submits a job array whose tasks run the same cell function, and
+schema creation is safe when many workers start at once."""
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from sweep.store import StoreError, filesystem_of, open_store
+from tests.sweep_helpers import SUPPORT, query, run_sweep
+
+POSTGRES_URL = os.environ.get("CKPT_SWEEP_POSTGRES_URL")
+SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer,unsloth,torch-ffn", "+shape.tokens=16,24"]
+IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells order by cell_key"
+
+
+def _postgres_reason() -> str | None:
+    if POSTGRES_URL:
+        return None
+    started = shutil.which("pg_ctlcluster") and subprocess.run(
+        [str(Path(__file__).parent.parent / "scripts" / "postgres.sh"), "start"], capture_output=True, text=True)
+    if started and started.returncode == 0:
+        os.environ["CKPT_SWEEP_POSTGRES_URL"] = started.stdout.strip()
+        return None
+    return ("no PostgreSQL server: CKPT_SWEEP_POSTGRES_URL is unset and none could be started here "
+            "(scripts/postgres.sh start installs and starts one; .ci/run does)")
+
+
+def _admin(statement: str) -> None:
+    engine = create_engine(os.environ["CKPT_SWEEP_POSTGRES_URL"], isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(statement))
+    engine.dispose()
+
+
+def _create_database() -> tuple[str, str]:
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    _admin(f"CREATE DATABASE {name}")
+    return name, os.environ["CKPT_SWEEP_POSTGRES_URL"].rsplit("/", 1)[0] + f"/{name}"
+
+
+def _drop_database(name: str) -> None:
+    _admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh database on the test server, dropped afterwards."""
+    reason = _postgres_reason()
+    if reason:
+        pytest.skip(reason)
+    name, url = _create_database()
+    yield url
+    _drop_database(name)
+
+
+def rows(url: str, sql: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def _cell_phase_s(url: str) -> float:
+    """From the first cell's start to the last cell's end, by the cells' own records (the launcher's
+    and interpreter's start-up left out)."""
+    import datetime as dt
+
+    spans = [(dt.datetime.fromisoformat(str(at)), wall) for at, wall in rows(url, "select recorded_at, wall_s from cells")]
+    return (max(at for at, _ in spans) - min(at - dt.timedelta(seconds=wall) for at, wall in spans)).total_seconds()
+
+
+@pytest.fixture(scope="module")
+def pod_run(tmp_path_factory):
+    """The same 8 sleep-bound cells sequentially (local launcher, SQLite) and on the pod launcher with
+    2 workers (into PostgreSQL where a server is available, else SQLite)."""
+    folder = tmp_path_factory.mktemp("pod")
+    urls = {"local": f"sqlite:///{folder / 'local.db'}", "pod": f"sqlite:///{folder / 'pod.db'}"}
+    postgres = None
+    if _postgres_reason() is None:
+        postgres = _create_database()
+        urls["pod"] = postgres[1]
+    timings = {}
+    for launcher in ("local", "pod"):
+        started = time.perf_counter()
+        done = run_sweep(folder / "unused.db", *SLOW_CELLS, f"launcher={launcher}", "workers=2", f"db.url={urls[launcher]}",
+                         "measure.warmup_steps=1", "measure.steps=14", timeout=600)
+        timings[launcher] = time.perf_counter() - started
+        assert done.returncode == 0, done.stderr[-3000:]
+    cells = {launcher: _cell_phase_s(url) for launcher, url in urls.items()}
+    print(f"\npod/local wall time: {timings['pod']:.1f} s / {timings['local']:.1f} s = {timings['pod'] / timings['local']:.2f}; "
+          f"cell phase: {cells['pod']:.1f} s / {cells['local']:.1f} s = {cells['pod'] / cells['local']:.2f}")
+    yield urls, timings, cells
+    if postgres:
+        _drop_database(postgres[0])
+
+
+def test_pod_launcher_runs_each_cell_once_in_parallel_on_distinct_workers(pod_run):
+    urls, timings, cells = pod_run
+    for launcher, workers in (("local", 1), ("pod", 2)):
+        assert rows(urls[launcher], "select count(*), count(distinct cell_key) from cells") == [(8, 8)]
+        assert rows(urls[launcher], "select count(*) from cells where status != 'ok'") == [(0,)]
+        pids = {json.loads(w)["pid"] if isinstance(w, str) else w["pid"] for (w,) in rows(urls[launcher], "select worker from cells")}
+        assert len(pids) == workers
+    # Ray's start (about 10 s on 2 cores) is paid once; the cells themselves take about half as long.
+    assert cells["pod"] < 0.7 * cells["local"], cells
+    assert timings["pod"] < 0.9 * timings["local"], timings
+
+
+def test_postgres_holds_the_same_rows_as_sqlite(pod_run):
+    """The pod run wrote into PostgreSQL from 2 workers at once; the local run into SQLite."""
+    urls, _, _ = pod_run
+    if not urls["pod"].startswith("postgresql"):
+        pytest.skip(_postgres_reason() or "no PostgreSQL server")
+    assert rows(urls["pod"], IDENTITY) == rows(urls["local"], IDENTITY)
+
+
+def test_slurm_preset_submits_an_array_whose_tasks_run_only_the_missing_cells(tmp_path, postgres_url):
+    """A fake sbatch/sacct (tests/support/fake_slurm) stands in for the cluster: the job array is
+    submitted with the preset's flags and its tasks run the cell function. One cell was
+    recorded before (a cancelled sweep): it is not run again."""
+    cells = ["sweep=none", "family=faulty", "preset=ok", "mode=none,layer,unsloth", "measure.warmup_steps=0",
+             "measure.steps=1", f"db.url={postgres_url}"]
+    done = run_sweep(tmp_path / "unused.db", *cells[:3], "mode=none", *cells[4:])
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = dict(rows(postgres_url, "select mode, recorded_at from cells"))
+
+    env = {"PATH": f"{SUPPORT / 'fake_slurm'}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_DIR": str(tmp_path / "slurm")}
+    done = run_sweep(tmp_path / "unused.db", *cells, "launcher=slurm", "slurm.partition=gpu", "slurm.time_min=30",
+                     "slurm.array_parallelism=2", extra_env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [script] = (tmp_path / "slurm").glob("*.sbatch")
+    flags = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in script.read_text().splitlines()
+             if line.startswith("#SBATCH --") and "=" in line}
+    assert flags["#SBATCH --partition"] == "gpu" and flags["#SBATCH --gpus-per-task"] == "1"
+    assert flags["#SBATCH --time"] == "30" and flags["#SBATCH --array"] == "0-2%2"
+    assert flags["#SBATCH --cpus-per-task"] == "8" and flags["#SBATCH --mem"] == "64GB"
+
+    after = {mode: (recorded, json.loads(worker) if isinstance(worker, str) else worker)
+             for mode, recorded, worker in rows(postgres_url, "select mode, recorded_at, worker from cells")}
+    assert set(after) == {"none", "layer", "unsloth"}
+    assert after["none"][0] == before["none"] and "slurm_array_task_id" not in after["none"][1]  # recorded before
+    for mode in ("layer", "unsloth"):  # run by array tasks
+        assert after[mode][1]["slurm_array_job_id"] and after[mode][1]["slurmd_nodename"] == "fakenode"
+
+
+def test_slurm_with_a_sqlite_file_is_refused(tmp_path):
+    done = run_sweep(tmp_path / "r.db", "sweep=none", "preset=tiny", "launcher=slurm", "slurm.partition=gpu")
+    assert done.returncode != 0
+    assert "launcher=slurm runs cells on many nodes, which cannot share a SQLite file safely" in done.stderr
+    assert not (tmp_path / "r.db").exists() or query(tmp_path / "r.db", "select count(*) from cells") == [(0,)]
+
+
+def test_sqlite_on_a_network_file_system_is_refused(tmp_path, monkeypatch):
+    mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/export /mnt/shared nfs4 rw 0 0\n"
+    assert filesystem_of(Path("/mnt/shared/runs/results.db"), mounts) == ("/mnt/shared", "nfs4")
+    assert filesystem_of(Path("/mnt/sharedx/results.db"), mounts) == ("/", "ext4")
+    monkeypatch.setattr("sweep.store.filesystem_of", lambda path: ("/mnt/shared", "nfs4"))
+    with pytest.raises(StoreError, match=r"is on a network file system \(nfs4 at /mnt/shared\).*use a PostgreSQL URL"):
+        open_store(f"sqlite:///{tmp_path / 'r.db'}")
+
+
+def _open(url: str) -> None:
+    open_store(url).dispose()
+
+
+def _open_at_once(url: str, processes: int = 4) -> None:
+    context = mp.get_context("spawn")
+    workers = [context.Process(target=_open, args=(url,)) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert [w.exitcode for w in workers] == [0] * processes
+
+
+def test_schema_upgrade_adds_new_columns_and_survives_parallel_starts(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    open_store(url).dispose()
+    engine = create_engine(url)
+    with engine.begin() as connection:  # an older database: no worker or weight columns yet
+        connection.execute(text("INSERT INTO runs (name, hardware, provenance, environment, config, started_at) "
+                                "VALUES ('old', 'CPU', 'measured', '{}', '{}', '2026-01-01')"))
+        connection.execute(text("ALTER TABLE cells DROP COLUMN worker"))
+        connection.execute(text("ALTER TABLE cells DROP COLUMN weight_bytes"))
+    engine.dispose()
+    _open_at_once(url)
+    columns = [name for _, name, *_ in query(tmp_path / "old.db", "pragma table_info(cells)")]
+    assert "worker" in columns and "weight_bytes" in columns
+    assert query(tmp_path / "old.db", "select name from runs") == [("old",)]
+
+
+def test_postgres_schema_creation_survives_parallel_starts(postgres_url):
+    _open_at_once(postgres_url)
+    assert rows(postgres_url, "select count(*) from runs") == [(0,)]
