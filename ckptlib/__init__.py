@@ -5,7 +5,15 @@
     print(handle.report)
     handle.remove()
 """
-from .apply import FIRST_ARG, BlockSpec, CallConvention, CheckpointHandle, Report, UnsupportedModeError, apply
+from .apply import (
+    FIRST_ARG,
+    BlockSpec,
+    CallConvention,
+    CheckpointHandle,
+    Report,
+    UnsupportedModeError,
+    apply,
+)
 from .config import BACKENDS, CheckpointConfig
 from .memory import LiveTensorTracker
 from .plan import Plan, plan

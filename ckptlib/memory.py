@@ -14,7 +14,10 @@ import weakref
 from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    is_traceable_wrapper_subclass,
+)
 from torch.utils._pytree import tree_leaves
 
 _untracked = threading.local()
@@ -23,6 +26,17 @@ _untracked = threading.local()
 # created during it: in the forward (activations: saved for backward or in flight), in the backward
 # (temporaries: recomputed activations, gradients in flight), or by the optimizer step.
 CATEGORIES = ("parameters", "gradients", "optimizer", "inputs", "activations", "temporaries")
+
+
+def plain_tensors(tensor: torch.Tensor):
+    """The tensors that hold a tensor's memory: itself, or the inner tensors of a wrapper subclass
+    (a quantized weight's int8 data and scales, not its logical bf16 size)."""
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        for name in names:
+            yield from plain_tensors(getattr(tensor, name))
+    else:
+        yield tensor
 
 
 def storage_id(tensor: torch.Tensor) -> int:
@@ -65,7 +79,8 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def track(self, *tensors: torch.Tensor, category: str = "inputs") -> None:
         for t in tensors:
-            self._register(t, category)
+            for plain in plain_tensors(t):
+                self._register(plain, category)
 
     def recategorize(self, tensor: torch.Tensor, category: str) -> None:
         """A storage turned out to be something else (a gradient the backward produced)."""

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .apply import UnsupportedModeError
+from .memory import plain_tensors
 
 
 @dataclass(frozen=True)
@@ -90,14 +90,6 @@ def quantize_base(model: nn.Module, name: str, device: str | torch.device) -> No
         QUANTIZATIONS[name].quantize(model)
 
 
-def storage_bytes(tensor: torch.Tensor) -> int:
-    """Bytes a tensor really holds: the inner tensors of a quantized tensor subclass, not its logical dtype."""
-    if is_traceable_wrapper_subclass(tensor):
-        names, _ = tensor.__tensor_flatten__()
-        return sum(storage_bytes(getattr(tensor, n)) for n in names)
-    return tensor.untyped_storage().nbytes()
-
-
 def base_weight_bytes(model: nn.Module) -> int:
     """Storage bytes of the model's weights and buffers, LoRA adapters excluded."""
     seen, total = set(), 0
@@ -105,5 +97,5 @@ def base_weight_bytes(model: nn.Module) -> int:
         if "lora_" in name or id(tensor) in seen:
             continue
         seen.add(id(tensor))
-        total += storage_bytes(tensor)
+        total += sum(plain.untyped_storage().nbytes() for plain in plain_tensors(tensor))
     return total

@@ -15,9 +15,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from . import environment, store
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 
+from . import environment, store
 from .cell import DTYPES, RETRYABLE, Cell, cell_from_config, import_builder
 from .worker import measure_cell, predict_cell, run_isolated
 
@@ -273,7 +273,14 @@ class SweepCallback(Callback):
         self.since = store.now()
         self.started = time.perf_counter()
         if self.console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

@@ -11,7 +11,16 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from .store import CellResult, Run
-from .tables import FAMILY_MODES, GIB, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS, cell_text, splice, wrap
+from .tables import (
+    FAMILY_MODES,
+    GIB,
+    NOT_RUN,
+    QUANTIZATION_ORDER,
+    SYNTHETIC_COLUMNS,
+    cell_text,
+    splice,
+    wrap,
+)
 
 CELL_COLUMNS = ["run_id", "cell_key", "family", "preset", "mode", "quantization", "training", "tokens", "status", "reason",
                 "sec_per_step", "iqr_s", "peak_bytes", "host_offload_peak_bytes"]

@@ -192,7 +192,7 @@ def _tracked_step(work, device: str) -> dict:
     from ckptlib.memory import step_peak
 
     tracker = step_peak(work, device)
-    return {"peak_bytes": tracker.peak_bytes, "peak_breakdown": tracker.peak_by_category}
+    return {"peak_bytes": tracker.peak_bytes, "breakdown": dict(tracker.peak_by_category)}
 
 
 def _measure(work, handle, device: str, warmup_steps: int, steps: int) -> dict:

@@ -8,7 +8,13 @@ from torch.utils.checkpoint import set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
 import ckptlib
-from ckptlib import BACKENDS, BlockSpec, CheckpointConfig, UnsupportedModeError, synthetic
+from ckptlib import (
+    BACKENDS,
+    BlockSpec,
+    CheckpointConfig,
+    UnsupportedModeError,
+    synthetic,
+)
 
 SCHEDULES = [(None, None), (2, None), (2, 4)]
 

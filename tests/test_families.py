@@ -6,8 +6,12 @@ import torch
 import ckptlib
 from ckptlib import CheckpointConfig, UnsupportedModeError
 from ckptlib.apply import find_submodules
-from ckptlib.families import FAMILIES, build, get
-from ckptlib.families import entries  # noqa: F401 - fills the registry
+from ckptlib.families import (
+    FAMILIES,
+    build,
+    entries,  # noqa: F401 - fills the registry
+    get,
+)
 
 BUILDABLE = sorted(name for name, family in FAMILIES.items() if family.unsupported is None)
 MODES = {

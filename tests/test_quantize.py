@@ -7,16 +7,17 @@ import torch
 
 import ckptlib
 from ckptlib import UnsupportedModeError, synthetic
+from ckptlib.memory import step_peak
 from ckptlib.quantize import QUANTIZATIONS, base_weight_bytes, check_supported
 
 CPU_SCHEMES = [name for name, q in QUANTIZATIONS.items() if not q.needs_cuda]
 CUDA_ONLY = [name for name, q in QUANTIZATIONS.items() if q.needs_cuda]
 
 
-def trained(quantization, config=ckptlib.CheckpointConfig("torch")):
+def trained(quantization):
     work = synthetic.build("cpu-256", training="lora", dtype=torch.bfloat16, quantization=quantization)
     work.optimizer = None  # keep the gradients to look at
-    ckptlib.apply(work.model, config, work.spec)
+    ckptlib.apply(work.model, ckptlib.CheckpointConfig("torch"), work.spec)
     return work, work.step()
 
 
@@ -38,6 +39,17 @@ def test_int8_base_halves_the_weights_and_still_trains_lora(name, bf16_bytes):
 def test_none_leaves_the_base_in_bf16(bf16_bytes):
     work = synthetic.build("cpu-256", dtype=torch.bfloat16)
     assert bf16_bytes == sum(p.numel() * 2 for n, p in work.model.named_parameters() if "lora_" not in n)
+
+
+def tracked_parameter_bytes(quantization):
+    work = synthetic.build("cpu-256", training="lora", dtype=torch.bfloat16, quantization=quantization)
+    return step_peak(work).peak_by_category["parameters"]
+
+
+@pytest.mark.parametrize("name", CPU_SCHEMES)
+def test_the_memory_tracker_counts_quantized_weights_by_their_storage(name):
+    """A quantized weight is a tensor subclass whose logical size is bf16: the tracker counts its int8 data."""
+    assert tracked_parameter_bytes(name) < 0.6 * tracked_parameter_bytes("none")
 
 
 @pytest.mark.parametrize("name", CUDA_ONLY)

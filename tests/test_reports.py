@@ -8,7 +8,13 @@ import pytest
 from sweep.advise import advise, parse_size
 from sweep.diff import diff_runs, markdown
 from sweep.published import BUNDLED, import_file
-from sweep.report import build_matrices, load_cells, select_runs, splice_document, write_reports
+from sweep.report import (
+    build_matrices,
+    load_cells,
+    select_runs,
+    splice_document,
+    write_reports,
+)
 from sweep.store import open_store
 from sweep.tables import TableError, parse_tables
 from tests.sweep_helpers import ROOT, query

@@ -6,8 +6,8 @@ import time
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from sweep.cell import Cell
 from sweep.app import should_run
+from sweep.cell import Cell
 from tests.sweep_helpers import FAST, query, run_sweep, start_sweep
 
 FAULTS = {"ok": "ok", "oom": "oom", "segfault": "crashed", "hang": "timeout", "raise": "failed",

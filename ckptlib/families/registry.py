@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from ..apply import BlockSpec, CallConvention, UnsupportedModeError
-from ..workload import Workload, adamw_for, default_dtype, make_trainable, seeded_generator
+from ..workload import (
+    Workload,
+    adamw_for,
+    default_dtype,
+    make_trainable,
+    seeded_generator,
+)
 from .materialize import build_on_meta, materialize
 
 DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
