@@ -48,19 +48,41 @@ def tradeoff_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
     return path
 
 
+def memory_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
+    """Predicted peaks (no times) per mode, against card sizes."""
+    fig, ax = plt.subplots(figsize=(6.5, max(2.5, 0.35 * len(points))))
+    ax.barh(points["mode"], points["gib"], color="tab:gray")
+    for size in CARD_SIZES_GIB:
+        if size <= 1.2 * points["gib"].max():
+            ax.axvline(size, color="tab:blue", linestyle="--", linewidth=0.8)
+            ax.text(size, -0.6, f" {size} GiB", fontsize=7, color="tab:blue")
+    ax.set_xlabel("predicted peak GiB")
+    ax.set_title(title, fontsize=10)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list[Path]]:
-    """One trade-off plot per table, hardware and shape."""
+    """One plot per table, hardware and shape: time vs memory where cells were timed, predicted
+    memory per mode where they were predicted."""
     plots: dict[str, list[Path]] = {}
-    ok = cells[cells["status"] == "ok"].assign(sec=lambda f: f["sec_per_step"], gib=lambda f: f["peak_bytes"] / GIB)
+    figures = cells[cells["peak_bytes"].notna()].assign(sec=lambda f: f["sec_per_step"], gib=lambda f: f["peak_bytes"] / GIB)
+    timed = figures[(figures["status"] == "ok") & figures["sec"].notna()]
+    predicted = figures[figures["provenance"] == "predicted"]
     for matrix in matrices:
-        part = ok[(ok["family"] == matrix.family) & (ok["run_name"] == matrix.sweep)]
-        for (hardware, _, preset), points in part.groupby(["hardware", "tokens", "preset"], sort=True, dropna=False):
-            if len(points) < 2 or (matrix.family != "synthetic" and not matrix.table_id.endswith(preset)):
-                continue
-            name = "-".join(x for x in (matrix.family, matrix.sweep, hardware, preset) if x)
-            name = "".join(c if c.isalnum() or c in "-." else "-" for c in name)
-            path = tradeoff_plot(points, f"{matrix.family} {preset} on {hardware}", out_dir / f"{name}.png")
-            plots.setdefault(matrix.table_id, []).append(path)
+        for frame, draw in ((timed, tradeoff_plot), (predicted, memory_plot)):
+            part = frame[(frame["family"] == matrix.family) & (frame["run_name"] == matrix.sweep)]
+            for (hardware, _, preset), points in part.groupby(["hardware", "tokens", "preset"], sort=True, dropna=False):
+                if len(points) < 2 or (matrix.family != "synthetic" and not matrix.table_id.endswith(preset)):
+                    continue
+                name = "-".join(x for x in (matrix.family, matrix.sweep, hardware, preset) if x)
+                name = "".join(c if c.isalnum() or c in "-." else "-" for c in name)
+                path = draw(points, f"{matrix.family} {preset} on {hardware}", out_dir / f"{name}.png")
+                plots.setdefault(matrix.table_id, []).append(path)
     return plots
 
 
