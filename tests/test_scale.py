@@ -202,3 +202,26 @@ def test_schema_upgrade_adds_new_columns_and_survives_parallel_starts(tmp_path):
 def test_postgres_schema_creation_survives_parallel_starts(postgres_url):
     _open_at_once(postgres_url)
     assert rows(postgres_url, "select count(*) from runs") == [(0,)]
+
+
+def test_launcher_presets_compose_into_launcher_configs():
+    """Every preset composes; its launcher settings are what the preset promises on this machine."""
+    from hydra import compose, initialize_config_dir
+
+    from sweep.app import CONFIG_PATH
+    from sweep.environment import gpu_count
+
+    def launcher(*overrides):
+        with initialize_config_dir(config_dir=CONFIG_PATH, version_base=None):
+            return compose("config", overrides=list(overrides), return_hydra_config=True).hydra.launcher
+
+    assert "BasicLauncher" in launcher()._target_
+    pod = launcher("launcher=pod", "workers=3")
+    assert "RayLauncher" in pod._target_
+    gpus = 1 if gpu_count() else 0  # one GPU per cell where there are GPUs, else `workers` CPU cells
+    assert pod.ray.remote.num_gpus == gpus and pod.ray.init.num_cpus == (None if gpus else 3)
+    cluster = launcher("launcher=ray-cluster", "ray_address=ray://head:10001")
+    assert cluster.ray.init.address == "ray://head:10001" and cluster.ray.remote.num_gpus == 1
+    slurm = launcher("launcher=slurm", "slurm.partition=a100", "slurm.gpus_per_task=1", "slurm.array_parallelism=16")
+    assert "SlurmLauncher" in slurm._target_
+    assert (slurm.partition, slurm.gpus_per_task, slurm.array_parallelism, slurm.tasks_per_node) == ("a100", 1, 16, 1)
