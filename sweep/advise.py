@@ -47,34 +47,11 @@ def advise(cells: pd.DataFrame, family: str, vram_bytes: int, hardware: str | No
            margin: float = DEFAULT_MARGIN) -> Advice:
     """Pick a mode for `family` (and shape) on a card of `vram_bytes`, from the cells given.
     Predictions stand in for modes that have no measurement, and are labelled as such."""
-    chosen = cells[(cells["family"] == family) & (cells["quantization"] == quantization)]
-    if tokens is not None:
-        chosen = chosen[chosen["tokens"] == tokens]
-    if preset is not None:
-        chosen = chosen[chosen["preset"] == preset]
-    if chosen.empty:
-        raise ValueError(f"no recorded cells for family {family!r} with that shape and quantization {quantization!r}")
-    shapes = chosen[["preset", "tokens"]].drop_duplicates()
-    if len(shapes) > 1:
-        listing = ", ".join(f"{p} ({'' if pd.isna(t) else int(t)} tokens)" for p, t in shapes.itertuples(index=False))
-        raise ValueError(f"several shapes recorded for {family}: {listing}; choose one with --preset or --tokens")
+    chosen = _one_shape(cells, family, tokens, preset, quantization)
     chosen = chosen.reindex(columns=[*chosen.columns.drop("device", errors="ignore"), "device"])  # a predicted run's device model
-    measured, predicted = chosen[chosen["provenance"] != "predicted"], chosen[chosen["provenance"] == "predicted"]
-    notes = []
-    if not measured.empty:
-        if hardware is None:
-            counts = measured.groupby("hardware").size().sort_values(ascending=False, kind="stable")
-            hardware = counts.index[0]
-            if len(counts) > 1:
-                notes.append(f"data from {hardware} (most complete); also recorded: {', '.join(counts.index[1:])} "
-                             f"(choose with --hardware)")
-        measured = measured[measured["hardware"] == hardware]
-        if measured.empty:
-            raise ValueError(f"no recorded cells for {family} on {hardware!r}")
+    measured, hardware, notes = _measured_on(chosen[chosen["provenance"] != "predicted"], family, hardware)
     device_kind = "cpu" if (hardware or "").startswith("CPU:") else "cuda"
-    predicted = predicted[predicted["device"].astype("string").fillna("").str.removeprefix("predicted:") == device_kind]
-    figured = set(measured.loc[measured["status"].isin(["ok", "oom"]), "mode"])
-    predicted = predicted[~predicted["mode"].isin(figured) & predicted["peak_bytes"].notna()].drop_duplicates("mode", keep="last")
+    predicted = _standing_in(chosen[chosen["provenance"] == "predicted"], measured, device_kind)
     budget = int(vram_bytes * (1 - margin))
     sources = ", ".join(sorted(set(measured["provenance"]))) or "no measured"
     head = [f"{family} {chosen['preset'].iloc[0]} on a {vram_bytes / GIB:.1f} GiB card: budget {budget / GIB:.2f} GiB "
@@ -86,47 +63,90 @@ def advise(cells: pd.DataFrame, family: str, vram_bytes: int, hardware: str | No
         head.append("caution: CPU data: peaks are tracked tensor bytes of a CPU run, not GPU memory; "
                     "measure on the target GPU before trusting a fit")
     ok = measured[measured["status"] == "ok"].sort_values("sec_per_step")
-    fits = ok[ok["peak_bytes"] <= budget]
-    rank = {m: i for i, m in enumerate(EXPECTED_COST_ORDER)}
-    predicted = predicted.assign(_rank=predicted["mode"].map(lambda m: rank.get(m, len(rank)))).sort_values("_rank")
-    predicted_fits = predicted[predicted["peak_bytes"] <= budget]
-    described = [f"  {r.mode:22s} {r.text:24s} {'fits' if r.peak_bytes <= budget else 'over budget'}"
-                 for r in ok.itertuples()]
+    mode, verdict = _verdict(ok, predicted, budget)
+
+    def fit(peak: int) -> str:
+        return "fits" if peak <= budget else "over budget"
+
+    described = [f"  {r.mode:22s} {r.text:24s} {fit(r.peak_bytes)}" for r in ok.itertuples()]
     described += [f"  {r.mode:22s} {'predicted ' + format(r.peak_bytes / GIB, '.2f') + ' GiB':24s} "
-                  f"{'fits' if r.peak_bytes <= budget else 'over budget'} (predicted)" for r in predicted.itertuples()]
+                  f"{fit(r.peak_bytes)} (predicted)" for r in predicted.itertuples()]
     failed = [f"  {r.mode:22s} {r.text}" for r in measured[measured["status"] != "ok"].itertuples()]
-    none_row = fits[fits["mode"] == "none"]
-    predicted_none = predicted_fits[predicted_fits["mode"] == "none"]
-    if not none_row.empty:
-        r = none_row.iloc[0]
-        verdict = [f"use: none (no checkpointing): it fits at {r.peak_bytes / GIB:.2f} GiB and is the fastest "
-                   f"at {r.sec_per_step:.4f}s/step"]
-        mode = "none"
-    elif not predicted_none.empty:
-        verdict = [f"use: none (no checkpointing): predicted to fit at {predicted_none.iloc[0].peak_bytes / GIB:.2f} GiB "
-                   f"(a prediction, not a measurement: measure it before relying on it)"]
-        mode = "none"
-    elif not fits.empty:
-        r = fits.iloc[0]
-        baseline = ok[ok["mode"] == "none"]
-        slower = f", {r.sec_per_step / baseline.iloc[0].sec_per_step:.2f}x the no-checkpoint step" if not baseline.empty else ""
-        verdict = [f"use: {r['mode']}: the fastest measured mode that fits ({r.sec_per_step:.4f}s/step at "
-                   f"{r.peak_bytes / GIB:.2f} GiB{slower})"]
-        mode = r["mode"]
-    elif not predicted_fits.empty:
-        r = predicted_fits.iloc[0]
-        verdict = [f"use: {r['mode']}: predicted to fit at {r.peak_bytes / GIB:.2f} GiB, the cheapest such mode by the "
-                   f"docs' expected cost order (a prediction, not a measurement: measure it before relying on it)"]
-        mode = r["mode"]
-    else:
-        mode = None
-        verdict = ["nothing recorded fits this card"]
-        figures = pd.concat([ok[["mode", "peak_bytes"]], predicted[["mode", "peak_bytes"]]])
-        if not figures.empty:
-            r = figures.sort_values("peak_bytes").iloc[0]
-            verdict.append(f"closest: {r['mode']} at {r.peak_bytes / GIB:.2f} GiB, {(r.peak_bytes - budget) / GIB:.2f} GiB "
-                           f"over the budget")
     lines = head + verdict + ["modes (measured fastest first, then predicted):", *described]
     if failed:
         lines += ["did not run to completion:", *failed]
     return Advice(mode, hardware or (predicted["hardware"].iloc[0] if not predicted.empty else "?"), budget, lines)
+
+
+def _one_shape(cells: pd.DataFrame, family: str, tokens: int | None, preset: str | None,
+               quantization: str) -> pd.DataFrame:
+    chosen = cells[(cells["family"] == family) & (cells["quantization"] == quantization)]
+    if tokens is not None:
+        chosen = chosen[chosen["tokens"] == tokens]
+    if preset is not None:
+        chosen = chosen[chosen["preset"] == preset]
+    if chosen.empty:
+        raise ValueError(f"no recorded cells for family {family!r} with that shape and quantization {quantization!r}")
+    shapes = chosen[["preset", "tokens"]].drop_duplicates()
+    if len(shapes) > 1:
+        listing = ", ".join(f"{p} ({'' if pd.isna(t) else int(t)} tokens)" for p, t in shapes.itertuples(index=False))
+        raise ValueError(f"several shapes recorded for {family}: {listing}; choose one with --preset or --tokens")
+    return chosen
+
+
+def _measured_on(measured: pd.DataFrame, family: str, hardware: str | None) -> tuple[pd.DataFrame, str | None, list[str]]:
+    """Measured (or published) cells of one hardware: the one asked for, or the most complete."""
+    if measured.empty:
+        return measured, hardware, []
+    notes = []
+    if hardware is None:
+        counts = measured.groupby("hardware").size().sort_values(ascending=False, kind="stable")
+        hardware = counts.index[0]
+        if len(counts) > 1:
+            notes.append(f"data from {hardware} (most complete); also recorded: {', '.join(counts.index[1:])} "
+                         f"(choose with --hardware)")
+    measured = measured[measured["hardware"] == hardware]
+    if measured.empty:
+        raise ValueError(f"no recorded cells for {family} on {hardware!r}")
+    return measured, hardware, notes
+
+
+def _standing_in(predicted: pd.DataFrame, measured: pd.DataFrame, device_kind: str) -> pd.DataFrame:
+    """Predictions on the same kind of device for modes without a measured figure, cheapest first."""
+    predicted = predicted[predicted["device"].astype("string").fillna("").str.removeprefix("predicted:") == device_kind]
+    figured = set(measured.loc[measured["status"].isin(["ok", "oom"]), "mode"])
+    predicted = predicted[~predicted["mode"].isin(figured) & predicted["peak_bytes"].notna()]
+    rank = {m: i for i, m in enumerate(EXPECTED_COST_ORDER)}
+    predicted = predicted.drop_duplicates("mode", keep="last")
+    return predicted.assign(_rank=predicted["mode"].map(lambda m: rank.get(m, len(rank)))).sort_values("_rank")
+
+
+def _verdict(ok: pd.DataFrame, predicted: pd.DataFrame, budget: int) -> tuple[str | None, list[str]]:
+    """The docs' rule: no checkpointing if it fits, else the fastest measured mode that fits, else the
+    cheapest predicted one; when nothing fits, what comes closest."""
+    fits, predicted_fits = ok[ok["peak_bytes"] <= budget], predicted[predicted["peak_bytes"] <= budget]
+    caution = "(a prediction, not a measurement: measure it before relying on it)"
+    if not fits[fits["mode"] == "none"].empty:
+        r = fits[fits["mode"] == "none"].iloc[0]
+        return "none", [f"use: none (no checkpointing): it fits at {r.peak_bytes / GIB:.2f} GiB and is the fastest "
+                        f"at {r.sec_per_step:.4f}s/step"]
+    if not predicted_fits[predicted_fits["mode"] == "none"].empty:
+        r = predicted_fits[predicted_fits["mode"] == "none"].iloc[0]
+        return "none", [f"use: none (no checkpointing): predicted to fit at {r.peak_bytes / GIB:.2f} GiB {caution}"]
+    if not fits.empty:
+        r = fits.iloc[0]
+        baseline = ok[ok["mode"] == "none"]
+        slower = f", {r.sec_per_step / baseline.iloc[0].sec_per_step:.2f}x the no-checkpoint step" if not baseline.empty else ""
+        return r["mode"], [f"use: {r['mode']}: the fastest measured mode that fits ({r.sec_per_step:.4f}s/step at "
+                           f"{r.peak_bytes / GIB:.2f} GiB{slower})"]
+    if not predicted_fits.empty:
+        r = predicted_fits.iloc[0]
+        return r["mode"], [f"use: {r['mode']}: predicted to fit at {r.peak_bytes / GIB:.2f} GiB, the cheapest such "
+                           f"mode by the docs' expected cost order {caution}"]
+    verdict = ["nothing recorded fits this card"]
+    figures = pd.concat([ok[["mode", "peak_bytes"]], predicted[["mode", "peak_bytes"]]])
+    if not figures.empty:
+        r = figures.sort_values("peak_bytes").iloc[0]
+        verdict.append(f"closest: {r['mode']} at {r.peak_bytes / GIB:.2f} GiB, {(r.peak_bytes - budget) / GIB:.2f} GiB "
+                       f"over the budget")
+    return None, verdict
