@@ -109,9 +109,12 @@ def measure_cell(cell: dict, device: str, warmup_steps: int, steps: int, skip_ov
         timings = {}
         if skip_over_bytes is not None:
             tic = time.perf_counter()
-            prediction = _predict(spec, config, build, "cuda" if device.startswith("cuda") else "cpu")
+            try:
+                prediction = _predict(spec, config, build, "cuda" if device.startswith("cuda") else "cpu")
+            except ckptlib.UnsupportedModeError:  # not predictable (a quantized base): measure it
+                prediction = None
             timings["predict_s"] = time.perf_counter() - tic
-            if not prediction.fits(skip_over_bytes):
+            if prediction is not None and not prediction.fits(skip_over_bytes):
                 return {"status": "predicted-oom", "reason": _over_card(prediction, skip_over_bytes),
                         "breakdown": prediction.breakdown, "timings": timings}
         tic = time.perf_counter()
@@ -152,9 +155,10 @@ def _predict(spec, config, build, device_model: str):
 
 
 def _over_card(prediction, card_bytes: int) -> str:
-    gib = 2 ** 30
-    return (f"predicted peak {prediction.peak_bytes / gib:.2f} GiB + {prediction.context_bytes / gib:.2f} GiB context "
-            f"exceeds the {card_bytes / gib:.2f} GiB card")
+    from sweep.tables import GIB
+
+    return (f"predicted peak {prediction.peak_bytes / GIB:.2f} GiB + {prediction.context_bytes / GIB:.2f} GiB context "
+            f"exceeds the {card_bytes / GIB:.2f} GiB card")
 
 
 def _with_status(cell: dict, run) -> dict:
