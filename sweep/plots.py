@@ -14,6 +14,14 @@ from .tables import GIB  # noqa: E402
 CARD_SIZES_GIB = (24, 48, 80, 141)
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
     """Points no other point beats on both sec/step and peak GiB."""
     ordered = points.sort_values(["sec", "gib"])
@@ -41,11 +49,7 @@ def tradeoff_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
     ax.set_ylabel("peak GiB")
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def memory_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
@@ -59,11 +63,7 @@ def memory_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
     ax.set_xlabel("predicted peak GiB")
     ax.set_title(title, fontsize=10)
     ax.invert_yaxis()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list[Path]]:
@@ -96,8 +96,4 @@ def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Pat
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel(f"sec/step ratio {label_b} / {label_a}")
     ax.invert_yaxis()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
