@@ -84,10 +84,10 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def recategorize(self, tensor: torch.Tensor, category: str) -> None:
         """A storage turned out to be something else (a gradient the backward produced)."""
-        entry = self._entries.get(storage_id(tensor))
-        if entry is not None:
-            size, old = entry
-            self._entries[storage_id(tensor)] = (size, category)
+        key = storage_id(tensor)
+        if key in self._entries:
+            size, old = self._entries[key]
+            self._entries[key] = (size, category)
             self.live_by_category[old] -= size
             self.live_by_category[category] += size
 

@@ -24,7 +24,6 @@ class Quantization:
     quantize: Callable[[nn.Module], None]  # in place, on the frozen base model
     needs_cuda: bool = False
     min_capability: tuple[int, int] | None = None  # CUDA compute capability
-    weight_bits: int = 16
     cpu_environment: tuple[tuple[str, str], ...] = ()  # set before the package is first imported on a CPU
 
 
@@ -47,14 +46,12 @@ def _sdnq(use_hadamard: bool) -> Callable[[nn.Module], None]:
 
 
 QUANTIZATIONS: dict[str, Quantization] = {q.name: q for q in (
-    Quantization("int8-torchao", "torchao", _torchao("Int8WeightOnlyConfig"), weight_bits=8),
-    Quantization("fp8-torchao", "torchao", _torchao("Float8WeightOnlyConfig"), needs_cuda=True, min_capability=(8, 9),
-                 weight_bits=8),
+    Quantization("int8-torchao", "torchao", _torchao("Int8WeightOnlyConfig")),
+    Quantization("fp8-torchao", "torchao", _torchao("Float8WeightOnlyConfig"), needs_cuda=True, min_capability=(8, 9)),
     # On CPU, SDNQ's torch.compile'd kernels run eagerly: compiling them takes minutes on 2 cores,
     # and the CPU memory tracker (a dispatch mode) cannot run compiled code.
-    Quantization("int8-sdnq", "sdnq", _sdnq(use_hadamard=False), weight_bits=8,
-                 cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
-    Quantization("int8-sdnq-hadamard", "sdnq", _sdnq(use_hadamard=True), weight_bits=8,
+    Quantization("int8-sdnq", "sdnq", _sdnq(use_hadamard=False), cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
+    Quantization("int8-sdnq-hadamard", "sdnq", _sdnq(use_hadamard=True),
                  cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
 )}
 NAMES = ("none", *QUANTIZATIONS)

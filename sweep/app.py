@@ -19,6 +19,7 @@ from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 
 from . import environment, store
 from .cell import DTYPES, RETRYABLE, Cell, cell_from_config, import_builder
+from .tables import GIB
 from .worker import measure_cell, predict_cell, run_isolated
 
 CONFIG_PATH = str(environment.PROJECT_ROOT / "conf")
@@ -88,7 +89,7 @@ def run_state(cfg: DictConfig) -> RunState:
 
 
 def card_bytes(cfg: DictConfig) -> int | None:
-    return None if cfg.card_gib is None else round(float(cfg.card_gib) * 2 ** 30)
+    return None if cfg.card_gib is None else round(float(cfg.card_gib) * GIB)
 
 
 def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:

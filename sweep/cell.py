@@ -7,12 +7,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from ckptlib import CheckpointConfig
 
 STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid", "predicted-oom")
 RETRYABLE = ("failed", "timeout", "crashed")  # what rerun=failed runs again
 LATER_FIELDS = {"dtype": "auto"}
-DTYPES = {"bf16": lambda torch: torch.bfloat16, "fp16": lambda torch: torch.float16, "fp32": lambda torch: torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def identity_key(identity: dict[str, Any]) -> str:
@@ -48,10 +50,8 @@ class Cell:
                 del identity[name]
         return identity_key(identity)
 
-    def torch_dtype(self):
-        import torch
-
-        return None if self.dtype == "auto" else DTYPES[self.dtype](torch)
+    def torch_dtype(self) -> torch.dtype | None:
+        return None if self.dtype == "auto" else DTYPES[self.dtype]
 
     def checkpoint_config(self) -> CheckpointConfig:
         """Raises ValueError for a combination that is not a valid config (status `invalid`)."""

@@ -9,6 +9,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from .tables import GIB
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("torch", "diffusers", "peft", "transformers", "torchao", "sdnq", "ckpt-sweep")
 
@@ -110,7 +112,7 @@ def device_memory_bytes(device: str) -> int | None:
 
 
 def prediction_label(device_model: str, card_bytes: int | None) -> str:
-    card = f", {card_bytes / 2 ** 30:g} GiB card" if card_bytes else ""
+    card = f", {card_bytes / GIB:g} GiB card" if card_bytes else ""
     return f"predicted: {device_model}{card}"
 
 
