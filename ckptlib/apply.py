@@ -277,7 +277,9 @@ def apply(model: nn.Module, config: CheckpointConfig, spec: BlockSpec) -> Checkp
     plans = {path: plan(len(blocks), config) for path, blocks in block_lists.items()}
     offloader = None
     if config.uses_offload:
-        pool = HostPool(config.pin_memory_max_buckets, pin=torch.cuda.is_available())
+        # Pinned host memory only speeds copies from a GPU; a CPU model's copies stay pageable.
+        on_gpu = any(p.device.type == "cuda" for p in model.parameters())
+        pool = HostPool(config.pin_memory_max_buckets, pin=on_gpu)
         offloader = Offloader(pool, config.min_offload_bytes)
     handle = CheckpointHandle(model, config, plans, offloader)
     try:

@@ -3,7 +3,9 @@
 On CUDA the device-to-host copy runs on a dedicated stream, ordered after the producing kernels
 by an event; the compute stream never blocks on it in forward. The device tensor is dropped only
 once the compute stream has waited on the copy's event (at the next pack, or before a reload), so
-the caching allocator cannot hand its memory to a kernel that runs before the copy finished.
+the caching allocator cannot hand its memory to a kernel that runs before the copy finished. The
+orderings are stated in NOTE [ Offload ordering ] (ckptlib/streams.py); every stream operation
+goes through that module's interface.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
+from . import streams as device_streams
 from .memory import storage_id, untracked
 from .pool import HostBuffer, HostPool
 
@@ -60,7 +63,7 @@ class Offloader:
         self.counters = OffloadCounters()
         self._pending: list[_Parked] = []
         self._seen: dict[tuple, tuple[weakref.ref, _Parked]] = {}
-        self._copy_stream = None
+        self._streams: dict[torch.device, object] = {}
         self._only: set[tuple] | None = None  # when set, only these tensors are offloaded
 
     @contextlib.contextmanager
@@ -119,33 +122,36 @@ class Offloader:
             parked.reloaded = None
         return out
 
+    def streams(self, device: torch.device):
+        if device not in self._streams:
+            self._streams[device] = device_streams.streams_for(device)
+        return self._streams[device]
+
     def _copy_out(self, parked: _Parked, tensor: torch.Tensor) -> None:
+        streams = self.streams(tensor.device)
+        copy = streams.copy_stream()
         with untracked():
-            if tensor.device.type != "cuda":
-                parked.host_view().copy_(tensor)
-                parked.device_ref = None
-                return
-            if self._copy_stream is None:
-                self._copy_stream = torch.cuda.Stream(device=tensor.device)
-            produced = torch.cuda.current_stream(tensor.device).record_event()
-            self._copy_stream.wait_event(produced)
-            if parked.buffer.ready is not None:  # a reload may still be reading this host buffer
-                self._copy_stream.wait_event(parked.buffer.ready)
-            with torch.cuda.stream(self._copy_stream):
-                parked.host_view().copy_(tensor, non_blocking=True)
-                parked.copied = self._copy_stream.record_event()
-            self._pending.append(parked)
+            streams.wait(copy, streams.record(streams.compute()))  # NOTE [ Offload ordering ] 1
+            if parked.buffer.ready is not None:  # NOTE [ Offload ordering ] 3
+                streams.wait(copy, parked.buffer.ready)
+            with streams.on(copy):
+                streams.to_host(parked.host_view(), tensor)
+                parked.copied = streams.record(copy)
+        self._pending.append(parked)
+        if not streams.asynchronous:  # the copy is done: nothing to wait for
+            self._retire_pending()
 
     def _retire_pending(self) -> None:
         for parked in self._pending:
-            torch.cuda.current_stream(parked.device).wait_event(parked.copied)
+            streams = self.streams(parked.device)
+            streams.wait(streams.compute(), parked.copied)  # NOTE [ Offload ordering ] 2
             parked.device_ref = None
         self._pending.clear()
 
     def _copy_in(self, parked: _Parked) -> torch.Tensor:
+        streams = self.streams(parked.device)
         out = torch.empty_like(parked.template, device=parked.device)
         with untracked():
-            out.copy_(parked.host_view(), non_blocking=parked.device.type == "cuda")
-        ready = torch.cuda.current_stream(parked.device).record_event() if parked.device.type == "cuda" else None
-        self.pool.release(parked.buffer, ready)
+            streams.to_device(out, parked.host_view())  # on the compute stream: used after it in stream order
+        self.pool.release(parked.buffer, streams.record(streams.compute()))
         return out

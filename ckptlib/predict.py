@@ -26,9 +26,9 @@ from torch.utils._pytree import tree_map
 from .apply import UnsupportedModeError, apply
 from .config import CheckpointConfig
 from .memory import CATEGORIES, step_peak
+from .units import MIB
 from .workload import Workload, adamw_for
 
-MIB = 2 ** 20
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .tables import GIB
+from ckptlib.units import GIB, MIB
 
-_UNITS = {"gib": GIB, "gb": 10 ** 9, "mib": 2 ** 20, "mb": 10 ** 6, "": GIB}
+_UNITS = {"gib": GIB, "gb": 10 ** 9, "mib": MIB, "mb": 10 ** 6, "": GIB}
 DEFAULT_MARGIN = 0.10
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import re
 import sys
 import time
 from collections import Counter
@@ -16,11 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
+from ckptlib.units import GIB
 
-from . import environment, store
-from .cell import DTYPES, RETRYABLE, Cell, cell_from_config, import_builder
-from .tables import GIB
-from .worker import measure_cell, predict_cell, run_isolated
+from . import environment, gpus, store
+
+from .cell import DTYPES, Cell, cell_from_config, import_builder
+from .isolation import run_isolated
+from .results import CellResult
+from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
+from .status import RETRYABLE, Status
 
 CONFIG_PATH = str(environment.PROJECT_ROOT / "conf")
 RERUN_CHOICES = ("none", "failed", "all")
@@ -45,9 +51,8 @@ register_families()
 def register_resolvers() -> None:
     """What the launcher presets ask of this machine: one GPU per cell where there are GPUs,
     otherwise `workers` parallel CPU cells."""
-    gpus = environment.gpu_count
-    OmegaConf.register_new_resolver("gpus_per_cell", lambda: 1 if gpus() else 0, replace=True)
-    OmegaConf.register_new_resolver("ray_cpus", lambda workers: None if gpus() else int(workers), replace=True)
+    OmegaConf.register_new_resolver("gpus_per_cell", lambda: 1 if gpus.count() else 0, replace=True)
+    OmegaConf.register_new_resolver("ray_cpus", lambda workers: None if gpus.count() else int(workers), replace=True)
 
 
 register_resolvers()
@@ -93,14 +98,15 @@ def card_bytes(cfg: DictConfig) -> int | None:
 
 
 def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
-    """What the isolated worker runs for this cell: a prediction, or a measurement (optionally
+    """What the isolated child runs for this cell: a prediction, or a measurement (optionally
     skipping cells predicted not to fit the card)."""
     if cfg.predict:
-        return predict_cell, cell.as_dict(), (cfg.predict_device, card_bytes(cfg))
+        return predict_cell, (cell.as_dict(), PredictSettings(cfg.predict_device, card_bytes(cfg)))
     skip_over = None
     if cfg.skip_predicted_oom:
         skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
-    return measure_cell, cell.as_dict(), (device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over)
+    settings = MeasureSettings(device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over)
+    return measure_cell, (cell.as_dict(), settings)
 
 
 def should_run(previous: str | None, rerun: str) -> bool:
@@ -138,13 +144,15 @@ def execute(cfg: DictConfig) -> dict:
     try:
         cell.checkpoint_config()
     except ValueError as error:
-        result = {"status": "invalid", "reason": str(error)}
+        result = CellResult(Status.INVALID, str(error))
     else:
-        result = run_isolated(*cell_task(cfg, cell, state.device), cfg.measure.timeout_s)
+        task, args = cell_task(cfg, cell, state.device)
+        result = run_isolated(task, args, cfg.measure.timeout_s, cell.builder.rpartition(".")[0])
     store.record_cell(state.engine, state.run_id, cell.as_dict(), cell.key, result,
-                      worker=environment.worker_identity(), tokens=shape_tokens(cell))
-    state.done[cell.key] = result["status"]
-    return {**summary, "skipped": False, **{k: result.get(k) for k in ("status", "reason", "sec_per_step", "peak_bytes", "wall_s")}}
+                      worker=environment.worker_identity(state.device), tokens=shape_tokens(cell))
+    state.done[cell.key] = result.status
+    return {**summary, "skipped": False, "status": str(result.status), "reason": result.reason,
+            "sec_per_step": result.sec_per_step, "peak_bytes": result.peak_bytes, "wall_s": result.timings.get("wall_s")}
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base=None)
@@ -196,6 +204,8 @@ def validate(jobs: list[DictConfig]) -> None:
         if job.training not in ("lora", "frozen", "full"):
             problems.append(f"unknown training mode {job.training!r}; valid modes: lora, frozen, full")
         problems += prediction_problems(job) + launcher_problems(job)
+        if not job.predict:
+            problems += device_problems(str(job.device), bool(job.skip_predicted_oom), job.card_gib)
         if job.dtype != "auto" and job.dtype not in DTYPES:
             problems.append(f"unknown dtype {job.dtype!r}; valid: auto, {', '.join(DTYPES)}")
         if job.quantization.name not in QUANTIZATION_NAMES:
@@ -238,9 +248,35 @@ def prediction_problems(job: DictConfig) -> list[str]:
                 raise ValueError
         except (TypeError, ValueError):
             problems.append(f"card_gib must be a positive number of GiB, got {job.card_gib!r}")
-    if job.skip_predicted_oom and job.card_gib is None and environment.resolve_device(job.device) == "cpu":
-        problems.append("skip_predicted_oom on a CPU needs a card size: set card_gib")
     return problems
+
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def device_problems(device: str, skip_predicted_oom: bool, card_gib) -> list[str]:
+    """A device this machine does not have, named before any cell runs (CUDA left uninitialised)."""
+    if not DEVICE_PATTERN.match(device):
+        return [f"unknown device {device!r}; valid: auto, cpu, cuda, cuda:N"]
+    resolved = environment.resolve_device(device)
+    if resolved.startswith("cuda"):
+        import torch
+
+        if not torch.backends.cuda.is_built():
+            return [f"device={device}, but this torch ({torch.__version__}) was built without CUDA: install a CUDA "
+                    f"build of torch, or use device=cpu"]
+        visible = gpus.count()
+        if gpus.device_index(resolved) >= visible:
+            return [f"device={device}, but {visible} GPU(s) are visible to this process (NVML, CUDA_VISIBLE_DEVICES="
+                    f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"]
+    if skip_predicted_oom and card_gib is None:
+        if resolved == "cpu":
+            return ["skip_predicted_oom on a CPU needs a card size: set card_gib"]
+        gpu = environment.gpu_info(resolved)
+        if gpu.get("memory_bytes") is None:
+            return [f"skip_predicted_oom needs the card's memory, and NVML cannot tell it for {resolved} "
+                    f"({gpu.get('memory_note') or 'no NVML'}): set card_gib"]
+    return []
 
 
 class SweepCallback(Callback):

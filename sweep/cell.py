@@ -11,8 +11,6 @@ import torch
 
 from ckptlib import CheckpointConfig
 
-STATUSES = ("ok", "oom", "failed", "unsupported", "timeout", "crashed", "invalid", "predicted-oom")
-RETRYABLE = ("failed", "timeout", "crashed")  # what rerun=failed runs again
 LATER_FIELDS = {"dtype": "auto"}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -11,8 +11,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from .report import load_cells, load_runs, select_runs
-from .store import CellResult, Sample
-from .tables import FAMILY_MODES, GIB, NOT_RUN, SYNTHETIC_COLUMNS
+from .store import CellRow, Sample
+from ckptlib.units import GIB
+
+from .tables import FAMILY_MODES, NOT_RUN, SYNTHETIC_COLUMNS
 
 COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training"]
 MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
@@ -33,8 +35,8 @@ class Diff:
 
 
 def _samples(engine: Engine, run_ids: list[int]) -> dict[int, list[float]]:
-    query = (select(CellResult.id, Sample.seconds).join(Sample)
-             .where(CellResult.run_id.in_(run_ids), Sample.warmup.is_(False)))
+    query = (select(CellRow.id, Sample.seconds).join(Sample)
+             .where(CellRow.run_id.in_(run_ids), Sample.warmup.is_(False)))
     by_cell: dict[int, list[float]] = {}
     with engine.connect() as connection:
         for cell_id, seconds in connection.execute(query):

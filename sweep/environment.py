@@ -9,18 +9,25 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from .tables import GIB
+from ckptlib.units import GIB
+
+from . import gpus
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("torch", "diffusers", "peft", "transformers", "torchao", "sdnq", "ckpt-sweep")
 
 
+def cuda_usable() -> bool:
+    """GPUs are visible (NVML) and torch was built with CUDA; CUDA itself is left uninitialised."""
+    import torch
+
+    return torch.backends.cuda.is_built() and gpus.count() > 0
+
+
 def resolve_device(device: str) -> str:
     if device != "auto":
         return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_usable() else "cpu"
 
 
 def cpu_model() -> str:
@@ -33,59 +40,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpu_info() -> dict:
-    """NVML's view of GPU 0 (the one a cell sees); empty without a GPU or driver."""
+def gpu_info(device: str) -> dict:
+    """NVML's view of the GPU `device` names (CUDA left uninitialised); empty where NVML cannot tell."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
+        return gpus.gpu_for(device).as_dict()
+    except (gpus.NvmlUnavailable, LookupError):
         return {}
-    try:
-        index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        info = {
-            "name": pynvml.nvmlDeviceGetName(handle),
-            "uuid": pynvml.nvmlDeviceGetUUID(handle),
-            "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
-            "driver": pynvml.nvmlSystemGetDriverVersion(),
-        }
-        for key, read in (("power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000),
-                          ("sm_clock_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                          ("mem_clock_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))):
-            try:
-                info[key] = read()
-            except pynvml.NVMLError:
-                pass
-        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
-    except Exception:
-        return {}
-    finally:
-        pynvml.nvmlShutdown()
 
 
-def gpu_count() -> int:
-    """GPUs this process may use (NVML, CUDA left uninitialised; CUDA_VISIBLE_DEVICES honoured)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
-
-
-def worker_identity() -> dict:
+def worker_identity(device: str) -> dict:
     """Which process, host and GPU ran a cell: cells of one run may land on many GPUs and nodes."""
     identity = {"host": socket.gethostname(), "pid": os.getpid(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    gpu = gpu_info()
+    gpu = gpu_info(device)
     identity.update({f"gpu_{k}": gpu[k] for k in ("name", "uuid") if k in gpu})
     for variable in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURMD_NODENAME"):
         if variable in os.environ:
@@ -99,16 +66,17 @@ def worker_identity() -> dict:
 def hardware_label(device: str) -> str:
     """The row label reports use: the GPU's name, or 'CPU: <model>' so CPU figures never pass for GPU ones."""
     if device.startswith("cuda"):
-        name = gpu_info().get("name")
-        if name:
-            return name.removeprefix("NVIDIA ")
-        return "CUDA GPU"
+        try:
+            return gpus.gpu_for(device).label
+        except (gpus.NvmlUnavailable, LookupError):
+            return "CUDA GPU"
     return f"CPU: {cpu_model()}"
 
 
 def device_memory_bytes(device: str) -> int | None:
-    """Total memory of the GPU a cell sees (NVML, CUDA left uninitialised); None on a CPU."""
-    return gpu_info().get("memory_bytes") if device.startswith("cuda") else None
+    """Total memory of the GPU a cell sees (NVML, CUDA left uninitialised); None on a CPU or where
+    NVML cannot tell (see gpus.Gpu.memory_note)."""
+    return gpu_info(device).get("memory_bytes") if device.startswith("cuda") else None
 
 
 def prediction_label(device_model: str, card_bytes: int | None) -> str:
@@ -144,7 +112,7 @@ def capture(device: str) -> dict:
         "hardware": hardware_label(device),
         "device": device,
         "cpu": cpu_model(),
-        "gpu": gpu_info() if device.startswith("cuda") else {},
+        "gpu": gpu_info(device) if device.startswith("cuda") else {},
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "versions": versions(),

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .tables import GIB  # noqa: E402
+from ckptlib.units import GIB  # noqa: E402
 
 CARD_SIZES_GIB = (24, 48, 80, 141)
 

@@ -8,6 +8,7 @@ from sqlalchemy.engine import Engine
 
 from . import store
 from .cell import identity_key
+from .results import CellResult
 from .tables import MODE_BY_COLUMN, TableError, parse_cell, parse_tables
 
 BUNDLED = Path(__file__).resolve().parent / "published"
@@ -93,7 +94,7 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
                     continue
                 cell = {"family": meaning.family, "preset": meaning.preset.format(tokens=row["tokens"]),
                         "mode": role[5:], "quantization": row["quantization"], "training": meaning.training}
-                run["cells"].append((cell, identity_key({**cell, "tokens": row["tokens"]}), result, row["tokens"]))
+                run["cells"].append((cell, identity_key({**cell, "tokens": row["tokens"]}), CellResult(**result), row["tokens"]))
     return list(runs.values())
 
 

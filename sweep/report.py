@@ -10,10 +10,11 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from .store import CellResult, Run
+from ckptlib.units import GIB
+
+from .store import CellRow, Run
 from .tables import (
     FAMILY_MODES,
-    GIB,
     NOT_RUN,
     QUANTIZATION_ORDER,
     SYNTHETIC_COLUMNS,
@@ -56,10 +57,10 @@ def select_runs(engine: Engine, selectors: list[str] | None = None) -> list[int]
 
 
 def load_cells(engine: Engine, run_ids: list[int] | None = None) -> pd.DataFrame:
-    query = select(CellResult.id.label("cell_id"), *(getattr(CellResult, c) for c in CELL_COLUMNS), Run.hardware,
+    query = select(CellRow.id.label("cell_id"), *(getattr(CellRow, c) for c in CELL_COLUMNS), Run.hardware,
                    Run.name.label("run_name"), Run.provenance, Run.device).join(Run)
     if run_ids is not None:
-        query = query.where(CellResult.run_id.in_(run_ids))
+        query = query.where(CellRow.run_id.in_(run_ids))
     with engine.connect() as connection:
         rows = connection.execute(query).mappings().all()
     frame = pd.DataFrame([dict(r) for r in rows],
@@ -78,9 +79,9 @@ def _device_kind(device: str | None) -> str:
 def _predictions_for(engine: Engine, frame: pd.DataFrame) -> list[float | None]:
     """For each cell that did not run to a figure (OOM, unsupported, ...), the latest prediction of
     the same cell on the same kind of device; None elsewhere. Predicted cells carry their own."""
-    query = (select(CellResult.cell_key, CellResult.peak_bytes, Run.device).join(Run)
-             .where(Run.provenance == "predicted", CellResult.peak_bytes.is_not(None))
-             .order_by(CellResult.recorded_at))
+    query = (select(CellRow.cell_key, CellRow.peak_bytes, Run.device).join(Run)
+             .where(Run.provenance == "predicted", CellRow.peak_bytes.is_not(None))
+             .order_by(CellRow.recorded_at))
     with engine.connect() as connection:
         latest = {(key, _device_kind(device)): peak for key, peak, device in connection.execute(query)}
 

@@ -36,6 +36,8 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
+from .results import CellResult
+
 PROVENANCES = ("measured", "published", "predicted")
 SCHEMA_LOCK_ID = 0x636B7074  # "ckpt": the advisory lock schema changes take on PostgreSQL
 
@@ -66,10 +68,10 @@ class Run(Base):
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
-    cells: Mapped[list[CellResult]] = relationship(back_populates="run", cascade="all, delete-orphan")
+    cells: Mapped[list[CellRow]] = relationship(back_populates="run", cascade="all, delete-orphan")
 
 
-class CellResult(Base):
+class CellRow(Base):
     __tablename__ = "cells"
     __table_args__ = (UniqueConstraint("run_id", "cell_key"),)
 
@@ -92,9 +94,14 @@ class CellResult(Base):
     sec_per_step: Mapped[float | None] = mapped_column(Float)
     mean_s: Mapped[float | None] = mapped_column(Float)
     iqr_s: Mapped[float | None] = mapped_column(Float)
+    first_step_s: Mapped[float | None] = mapped_column(Float)
+    warmup_steps: Mapped[int | None] = mapped_column(Integer)
+    steps: Mapped[int | None] = mapped_column(Integer)
+    final_loss: Mapped[float | None] = mapped_column(Float)
     peak_bytes: Mapped[int | None] = mapped_column(Integer)
     peak_reserved_bytes: Mapped[int | None] = mapped_column(Integer)
     first_step_peak_bytes: Mapped[int | None] = mapped_column(Integer)
+    peak_at_oom_bytes: Mapped[int | None] = mapped_column(Integer)
     alloc_retries: Mapped[int | None] = mapped_column(Integer)
     host_offload_peak_bytes: Mapped[int | None] = mapped_column(Integer)
     breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # bytes by category at the peak
@@ -103,6 +110,7 @@ class CellResult(Base):
     host: Mapped[str | None] = mapped_column(String(200))
     worker: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # process, host, GPU name/UUID, scheduler ids
     wall_s: Mapped[float | None] = mapped_column(Float)
+    timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -120,12 +128,9 @@ class Sample(Base):
     step: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)
     warmup: Mapped[bool] = mapped_column(Boolean)
-    cell: Mapped[CellResult] = relationship(back_populates="samples")
+    cell: Mapped[CellRow] = relationship(back_populates="samples")
 
 
-RESULT_COLUMNS = ("status", "reason", "traceback", "sec_per_step", "mean_s", "iqr_s", "peak_bytes",
-                  "peak_reserved_bytes", "first_step_peak_bytes", "alloc_retries", "host_offload_peak_bytes",
-                  "breakdown", "weight_bytes", "device_name", "wall_s", "report", "plan")
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -238,9 +243,9 @@ def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str 
 def runs_recorded_since(engine: Engine, names: list[str], since: dt.datetime) -> dict[int, dict[str, int]]:
     """Runs named `names` with cells recorded at or after `since` -> status -> count of those cells
     (what a sweep wrote, whichever processes or nodes its cells ran on)."""
-    query = (select(CellResult.run_id, CellResult.status, func.count()).join(Run)
-             .where(Run.name.in_(names), CellResult.recorded_at >= since)
-             .group_by(CellResult.run_id, CellResult.status))
+    query = (select(CellRow.run_id, CellRow.status, func.count()).join(Run)
+             .where(Run.name.in_(names), CellRow.recorded_at >= since)
+             .group_by(CellRow.run_id, CellRow.status))
     counts: dict[int, dict[str, int]] = {}
     with engine.connect() as connection:
         for run_id, status, count in connection.execute(query):
@@ -256,7 +261,7 @@ def finish_run(engine: Engine, run_id: int) -> None:
 def completed_cells(engine: Engine, run_id: int) -> dict[str, str]:
     """cell key -> status of every cell already recorded in the run."""
     with Session(engine) as session:
-        return dict(session.execute(select(CellResult.cell_key, CellResult.status).where(CellResult.run_id == run_id)).all())
+        return dict(session.execute(select(CellRow.cell_key, CellRow.status).where(CellRow.run_id == run_id)).all())
 
 
 def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
@@ -281,24 +286,25 @@ def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
     return ids
 
 
-def _cell_row(cell: dict, key: str, result: dict, worker: dict | None = None, tokens: int | None = None) -> CellResult:
-    row = CellResult(
+def _cell_row(cell: dict, key: str, result: CellResult, worker: dict | None = None,
+              tokens: int | None = None) -> CellRow:
+    row = CellRow(
         cell_key=key, family=cell["family"], preset=cell["preset"], mode=cell["mode"],
         backend=cell.get("backend"), interval=cell.get("interval"), stride=cell.get("stride"),
         offload_attention=cell.get("offload_attention"), quantization=cell.get("quantization", "none"),
         training=cell.get("training"), tokens=tokens, config=cell, worker=worker,
         host=(worker or {}).get("host"),
-        **{k: result.get(k) for k in RESULT_COLUMNS},
+        wall_s=result.timings.get("wall_s"), **result.columns(),
     )
-    row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.get("samples", ()))]
+    row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.samples)]
     return row
 
 
-def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: dict, worker: dict | None = None,
+def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: CellResult, worker: dict | None = None,
                 tokens: int | None = None) -> None:
     """Insert or replace one cell and its samples, in one transaction."""
     with Session(engine) as session, session.begin():
-        existing = session.scalar(select(CellResult).where(CellResult.run_id == run_id, CellResult.cell_key == key))
+        existing = session.scalar(select(CellRow).where(CellRow.run_id == run_id, CellRow.cell_key == key))
         if existing is not None:
             session.delete(existing)
             session.flush()

@@ -5,13 +5,13 @@ import math
 import re
 from dataclasses import dataclass
 
-GIB = 2 ** 30
+from ckptlib.units import GIB
+
+from .status import FROM_TEXT, TEXT, Status
+
 NOISE_THRESHOLD = 0.10  # IQR / median above this marks a cell as noisy
 NOISY_MARK = " ~"
 NOT_RUN = "not run"
-STATUS_WORDS = {"OOM": "oom", "failed": "failed", "unsupported": "unsupported", "timeout": "timeout",
-                "crashed": "crashed", "invalid": "invalid"}
-STATUS_TEXT = {**{status: word for word, status in STATUS_WORDS.items()}, "predicted-oom": "OOM (predicted)"}
 # The docs' column names for the synthetic sweep, in the docs' order; family matrices use mode names.
 SYNTHETIC_COLUMNS = {"none": "No checkpoint", "torch-ffn": "Torch FFN", "unsloth-ffn": "Unsloth FFN",
                      "layer": "Torch layer", "unsloth": "Unsloth layer"}
@@ -27,7 +27,7 @@ def cell_text(status: str, sec_per_step: float | None, peak_bytes: int | None, i
     """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%. A prediction has no
     time: `predicted 4.43 GiB`; a status cell with a prediction for it: `OOM (predicted 95.31 GiB)`."""
     if status != "ok":
-        word = STATUS_TEXT.get(status, status)
+        word = TEXT.get(status, status)
         if predicted_bytes is None or math.isnan(predicted_bytes):
             return word
         return f"{word.removesuffix(' (predicted)')} (predicted {predicted_bytes / GIB:.2f} GiB)"
@@ -42,13 +42,13 @@ def parse_cell(text: str) -> dict | None:
     text = text.strip()
     if text == NOT_RUN:
         return None
-    if text in STATUS_WORDS:
-        return {"status": STATUS_WORDS[text]}
+    if text in FROM_TEXT:
+        return {"status": FROM_TEXT[text]}
     match = _MEASURED.match(text)
     if not match:
         raise ValueError(f"cannot parse cell {text!r}: expected '0.0166s / 4.43 GiB' or one of "
-                         f"{', '.join([*STATUS_WORDS, NOT_RUN])}")
-    return {"status": "ok", "sec_per_step": float(match["sec"]), "peak_bytes": round(float(match["gib"]) * GIB)}
+                         f"{', '.join([*FROM_TEXT, NOT_RUN])}")
+    return {"status": Status.OK, "sec_per_step": float(match["sec"]), "peak_bytes": round(float(match["gib"]) * GIB)}
 
 
 @dataclass

@@ -99,14 +99,14 @@ def test_status_transitions_come_first(engine, tmp_path):
 
 def test_measured_samples_are_judged_with_mann_whitney(tmp_path):
     from sweep import store
+    from sweep.results import CellResult
 
     engine = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     cell = {"family": "f", "preset": "p", "mode": "none", "quantization": "none", "training": "lora"}
 
     def run(name, seconds):
         samples = [(s, False) for s in seconds]
-        result = {"status": "ok", "sec_per_step": sorted(seconds)[len(seconds) // 2], "peak_bytes": 2 ** 30,
-                  "samples": samples}
+        result = CellResult("ok", sec_per_step=sorted(seconds)[len(seconds) // 2], peak_bytes=2 ** 30, samples=samples)
         return {"name": "s", "hardware": name, "provenance": "measured", "cells": [(cell, "k", result, 16)]}
 
     store.replace_runs(engine, [run("A", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]),

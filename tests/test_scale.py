@@ -209,7 +209,7 @@ def test_launcher_presets_compose_into_launcher_configs():
     from hydra import compose, initialize_config_dir
 
     from sweep.app import CONFIG_PATH
-    from sweep.environment import gpu_count
+    from sweep.gpus import count as gpu_count
 
     def launcher(*overrides):
         with initialize_config_dir(config_dir=CONFIG_PATH, version_base=None):

@@ -122,6 +122,7 @@ def test_two_sweeps_into_one_sqlite_file_lose_no_rows(tmp_path):
     ("training=sideways", "unknown training mode 'sideways'"),
     ("run.rerun=sometimes", "run.rerun must be one of none, failed, all"),
     ("family._target_=nowhere.build", "cannot import builder 'nowhere.build'"),
+    ("device=cuda", "device=cuda, but"),
 ])
 def test_bad_input_is_named_before_anything_runs(tmp_path, override, message):
     db = tmp_path / "r.db"

@@ -897,6 +897,7 @@ register(
         block_lists={"text_transformer_blocks": FIRST_ARG, "visual_transformer_blocks": FIRST_ARG},
         attention=("self_attention", "cross_attention"), feed_forward=("feed_forward",),
         lora_targets=("to_query", "to_key", "to_value", "self_attention.out_layer", "cross_attention.out_layer"),
+        fp32_inputs=("time_embed",),  # from time_embeddings, which the class keeps in fp32
     ),
 )
 
@@ -927,6 +928,7 @@ register(
         inputs=minimax_h3_inputs,
         block_lists={"transformer_blocks": FIRST_ARG},
         attention=("attn",), feed_forward=("ff",),
+        fp32_inputs=("temb",),  # from time_embedder, which the class keeps in fp32
         blocks_note="joint text/video/audio blocks; the text token refiner is not checkpointed",
     ),
 )

@@ -4,6 +4,11 @@ Parameters are created on the meta device with real buffers (accelerate's init_e
 from_pretrained(low_cpu_mem_usage=True) uses), then materialised on the target device in the target
 dtype (the class's _keep_in_fp32_modules stay fp32), buffers restored, parameters randomly filled.
 A plain `to_empty` would wipe registered buffers (position embeddings, rotary tables).
+
+Floating buffers follow from_pretrained(torch_dtype=...): persistent ones (loaded from a checkpoint,
+such as SD3's and OmniGen's position embeddings) take the target dtype, unless their module is in
+the class's _keep_in_fp32_modules; non-persistent ones (rotary tables computed at construction)
+keep the dtype the class gave them.
 """
 from __future__ import annotations
 
@@ -20,18 +25,23 @@ def build_on_meta(cls, config: dict) -> nn.Module:
         return cls(**config)
 
 
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def _keeps_fp32(model: nn.Module, name: str) -> bool:
     keep = getattr(model, "_keep_in_fp32_modules", None) or []
     return any(part in keep for part in name.split("."))
 
 
+def _buffer_dtype(model: nn.Module, name: str, buffer: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
+    module_name, _, attr = name.rpartition(".")
+    owner = model.get_submodule(module_name) if module_name else model
+    persistent = attr not in owner._non_persistent_buffers_set
+    if buffer.is_floating_point() and persistent and not _keeps_fp32(model, name):
+        return dtype
+    return buffer.dtype
+
+
 def materialize(model: nn.Module, device: str | torch.device, dtype: torch.dtype, seed: int = 0) -> nn.Module:
     """Meta parameters -> random parameters on `device`; buffers keep their values."""
-    buffers = {name: buffer for name, buffer in model.named_buffers()}
+    buffers = {name: buffer.to(_buffer_dtype(model, name, buffer, dtype)) for name, buffer in model.named_buffers()}
     for name, param in model.named_parameters():  # still on meta: casting costs nothing
         param.data = param.data.to(torch.float32 if _keeps_fp32(model, name) else dtype)
     model.to_empty(device=device)

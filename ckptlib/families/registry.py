@@ -63,6 +63,9 @@ class Family:
     setup: Callable[[], None] | None = None  # run once before building (shims for optional imports)
     blocks_note: str = ""  # what a "block" is for this family, where it is not a transformer block
     reasons: Mapping[str, str] = field(default_factory=dict)  # "attention" / "feed_forward" -> why not offered
+    # block arguments computed in fp32 whatever the weights' dtype, besides rotary tables (which
+    # diffusers computes in fp32 everywhere): embeddings of modules the class keeps in fp32
+    fp32_inputs: tuple[str, ...] = ()
     unsupported: str | None = None  # why the family cannot be built at all
 
     def spec(self, model: nn.Module) -> BlockSpec:

@@ -1,0 +1,17 @@
+"""The docs' checkpointing modes by their column names, in the docs' order (the family tables'):
+each a CheckpointConfig. Harnesses and configs take their mode presets from here."""
+from __future__ import annotations
+
+from .config import CheckpointConfig
+
+MODES: dict[str, CheckpointConfig] = {
+    "none": CheckpointConfig("none"),
+    "activation-offload": CheckpointConfig("torch", offload_attention=True),
+    "layer": CheckpointConfig("torch"),
+    "interval2": CheckpointConfig("torch", interval=2),
+    "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4),
+    "seg2-stride4-offload": CheckpointConfig("torch", interval=2, stride=4, offload_attention=True),
+    "unsloth": CheckpointConfig("unsloth"),
+    "torch-ffn": CheckpointConfig("torch-ffn"),
+    "unsloth-ffn": CheckpointConfig("unsloth-ffn"),
+}

@@ -1,0 +1,3 @@
+"""Byte units, defined once."""
+MIB = 2 ** 20
+GIB = 2 ** 30

@@ -1,0 +1,125 @@
+"""Run one cell in a fresh child process and map how the child ended to a status.
+
+Children come from a fork server that has torch, ckptlib, peft and the builder's module imported
+already, so a cell pays a fork, not an interpreter start. The fork server never initialises
+CUDA (NOTE [ CUDA and the fork server ] in sweep/cuda_guard.py); each child sets its own
+CUDA_VISIBLE_DEVICES and device order before anything can start CUDA. The parent blocks in `wait`
+on the result pipe and the child's sentinel (no polling) and never raises for an outcome of the cell.
+"""
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import signal
+import time
+from multiprocessing.connection import wait
+
+from .results import CellResult
+from .status import Status
+
+# The guard comes first: everything after it is imported with CUDA guarded.
+PRELOAD = ["sweep.forkserver", "torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.isolation", "sweep.scenarios"]
+# What a builder's module needs preloaded besides itself: every diffusers class for the families
+# (5 s of imports a child would otherwise pay per cell).
+PRELOAD_FOR = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
+_context = None
+
+
+def preload_modules(builder_module: str) -> list[str]:
+    return [*PRELOAD, builder_module, *PRELOAD_FOR.get(builder_module, [])]
+
+
+def fork_server(builder_module: str):
+    """The fork server, started on first use with what the first cell's builder needs preloaded."""
+    global _context
+    if _context is None:
+        _context = mp.get_context("forkserver")
+        _context.set_forkserver_preload(preload_modules(builder_module))
+    return _context
+
+
+def stop_fork_server() -> None:
+    """End the fork server now (an interrupted sweep must not leave it behind)."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+
+
+def run_isolated(task, args: tuple, timeout_s: float, builder_module: str) -> CellResult:
+    """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended."""
+    ctx = fork_server(builder_module)
+    receiver, sender = ctx.Pipe(duplex=False)
+    # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
+    # may since have assigned this process another GPU.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    child = ctx.Process(target=child_main, args=(sender, task, args, visible), daemon=True)
+    started = time.perf_counter()
+    child.start()
+    sender.close()
+    try:
+        result = _await(child, receiver, timeout_s)
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receiver.close()
+    result.timings["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def _await(child, receiver, timeout_s: float) -> CellResult:
+    ready = wait([receiver, child.sentinel], timeout=timeout_s)
+    result = None
+    if receiver in ready or receiver.poll():
+        try:
+            result = receiver.recv()
+        except EOFError:
+            result = None
+    if result is None and not ready:
+        child.kill()
+        result = CellResult(Status.TIMEOUT, f"no result within {timeout_s:g} s; child killed")
+    elif result is None:
+        child.join(timeout=5)
+        result = CellResult(Status.CRASHED, exit_reason(child.exitcode))
+    child.join(timeout=10)
+    return result
+
+
+def exit_reason(code: int | None) -> str:
+    if code is None:
+        return "child did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (likely the host OOM killer)" if -code == signal.SIGKILL else ""
+        return f"child died by {name}{hint} before reporting"
+    return f"child exited with code {code} before reporting"
+
+
+def child_main(conn, task, args: tuple, visible_devices: str | None) -> None:
+    from . import cuda_guard
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    cuda_guard.lift()
+    # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
+    if visible_devices is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NOTE [ Device order ] in sweep/gpus.py
+    gc.freeze()  # the preloaded heap is the fork server's: collections skip it (0.2 s each otherwise)
+    started = time.perf_counter()
+    try:
+        cuda_guard.check_untouched()
+        result = task(*args)
+    except Exception as error:  # noqa: BLE001 - a harness error still reaches the database as a status
+        from .outcome import failure
+
+        result = failure(error)
+    result.timings["child_s"] = time.perf_counter() - started
+    conn.send(result)
+    conn.close()

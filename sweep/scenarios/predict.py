@@ -1,0 +1,41 @@
+"""The predict scenario: a cell's peak on a device model, from ckptlib.predict (nothing allocated)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..results import CellResult
+from ..status import Status
+from ckptlib.units import GIB
+from .common import build_kwargs, run_scenario
+
+
+@dataclass(frozen=True)
+class PredictSettings:
+    device_model: str  # ckptlib.predict.DEVICE_MODELS
+    card_bytes: int | None = None  # a predicted peak over this card is recorded as oom
+
+
+def predict(spec, config, build, device_model: str):
+    from ckptlib.predict import predict as predict_peak
+
+    return predict_peak(build, config, device_model, **build_kwargs(spec))
+
+
+def over_card(prediction, card_bytes: int) -> str:
+    return (f"predicted peak {prediction.peak_bytes / GIB:.2f} GiB + {prediction.context_bytes / GIB:.2f} GiB context "
+            f"exceeds the {card_bytes / GIB:.2f} GiB card")
+
+
+def predict_cell(cell: dict, settings: PredictSettings) -> CellResult:
+    """The cell's predicted peak on the device model; `oom` when it exceeds the card."""
+    def scenario(spec, config, build):
+        predicted = predict(spec, config, build, settings.device_model)
+        fits = settings.card_bytes is None or predicted.fits(settings.card_bytes)
+        return CellResult(
+            Status.OK if fits else Status.OOM, reason=None if fits else over_card(predicted, settings.card_bytes),
+            peak_bytes=predicted.peak_bytes, breakdown=predicted.breakdown,
+            host_offload_peak_bytes=predicted.host_offload_bytes, report=predicted.report,
+            plan=predicted.report.get("plans"), device_name=f"predicted: {settings.device_model}",
+            timings={"predict_s": predicted.seconds})
+
+    return run_scenario(cell, scenario)

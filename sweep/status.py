@@ -1,0 +1,29 @@
+"""What became of a cell: the statuses, their words in the docs' tables, and which are retried."""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    OK = "ok"
+    OOM = "oom"  # the device's memory ran out
+    HOST_OOM = "host-oom"  # host memory ran out (pinned pool, CPU tensors): not a statement about the card
+    FAILED = "failed"
+    UNSUPPORTED = "unsupported"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    INVALID = "invalid"
+    PREDICTED_OOM = "predicted-oom"  # skipped: predicted not to fit the card
+
+
+# The docs' words for statuses in a table cell; reading a table maps them back.
+TEXT = {
+    Status.OK: "ok", Status.OOM: "OOM", Status.HOST_OOM: "OOM (host)", Status.FAILED: "failed",
+    Status.UNSUPPORTED: "unsupported", Status.TIMEOUT: "timeout", Status.CRASHED: "crashed",
+    Status.INVALID: "invalid", Status.PREDICTED_OOM: "OOM (predicted)",
+}
+FROM_TEXT = {TEXT[s]: s for s in (Status.OOM, Status.FAILED, Status.UNSUPPORTED, Status.TIMEOUT, Status.CRASHED,
+                                  Status.INVALID)}
+RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.CRASHED)  # what run.rerun=failed runs again
+# Statuses that say something about memory (diff reports their transitions as fit changes).
+OUT_OF_MEMORY = (Status.OOM, Status.PREDICTED_OOM)

@@ -1,0 +1,126 @@
+"""A stand-in for CUDA streams and events on a CPU: the offloader's asynchronous control flow runs
+(copies are done at once, so values stay right) and every stream operation is logged, so a test
+can check NOTE [ Offload ordering ] (ckptlib/streams.py) against what really happened.
+
+Log entries, in order:
+  ("record", stream, event)     an event recorded on a stream
+  ("wait", stream, event)       a stream made to wait on an event
+  ("to_host", stream, source, host)       storage ids of a device-to-host copy
+  ("to_device", stream, host, destination) storage ids of a host-to-device copy
+  ("free", storage)             the last reference to a copied source storage died
+  ("use", storage)              the offloader handed a reloaded tensor to autograd (see `watch_unpack`)
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import weakref
+
+from ckptlib.memory import storage_id
+
+
+class RecordingStreams:
+    asynchronous = True
+
+    def __init__(self, log: list):
+        self.log = log
+        self._events = itertools.count()
+        self._current = ["compute"]
+
+    def compute(self):
+        return "compute"
+
+    def copy_stream(self):
+        return "copy"
+
+    def record(self, stream):
+        event = next(self._events)
+        self.log.append(("record", stream, event))
+        return event
+
+    def wait(self, stream, event) -> None:
+        self.log.append(("wait", stream, event))
+
+    @contextlib.contextmanager
+    def on(self, stream):
+        self._current.append(stream)
+        try:
+            yield
+        finally:
+            self._current.pop()
+
+    def to_host(self, host, source) -> None:
+        sid = storage_id(source)
+        self.log.append(("to_host", self._current[-1], sid, storage_id(host)))
+        weakref.finalize(source.untyped_storage(), self.log.append, ("free", sid))
+        host.copy_(source)
+
+    def to_device(self, destination, host) -> None:
+        self.log.append(("to_device", self._current[-1], storage_id(host), storage_id(destination)))
+        destination.copy_(host)
+
+
+def install(monkeypatch) -> list:
+    """Every offloader created from now on uses recording streams; returns their shared log."""
+    log: list = []
+    monkeypatch.setattr("ckptlib.streams.streams_for", lambda device: RecordingStreams(log))
+    return log
+
+
+def watch_unpack(monkeypatch, log: list) -> None:
+    """Log when a reloaded tensor is handed back to autograd."""
+    from ckptlib.offload import Offloader
+
+    unpack = Offloader.unpack
+
+    def logged(self, parked):
+        out = unpack(self, parked)
+        if out is not parked:
+            log.append(("use", storage_id(out)))
+        return out
+
+    monkeypatch.setattr(Offloader, "unpack", logged)
+
+
+def ordering_violations(log: list) -> list[str]:
+    """Every place the log breaks NOTE [ Offload ordering ]; [] when it holds."""
+    problems, recorded_on, waited = [], {}, {"compute": set(), "copy": set()}
+    copies_to_host, last_reload_of = {}, {}  # source storage -> index of its copy; host -> index of its reload
+    reloaded = {}  # destination storage -> (stream, index) of the copy that filled it
+    since_last_copy = set()  # compute events the copy stream waited on since its last copy
+    for i, entry in enumerate(log):
+        kind = entry[0]
+        if kind == "record":
+            recorded_on[entry[2]] = (entry[1], i)
+        elif kind == "wait":
+            waited[entry[1]].add(entry[2])
+            if entry[1] == "copy" and recorded_on.get(entry[2], ("",))[0] == "compute":
+                since_last_copy.add(entry[2])
+        elif kind == "to_host":
+            _, stream, source, host = entry
+            if stream != "copy":
+                problems.append(f"{i}: device-to-host copy on the {stream} stream, not the copy stream")
+            if not since_last_copy:
+                problems.append(f"{i}: device-to-host copy without waiting on the compute stream (ordering 1)")
+            if host in last_reload_of:
+                reload_at = last_reload_of.pop(host)
+                if not any(recorded_on.get(e, ("", -1))[1] > reload_at for e in waited["copy"]):
+                    problems.append(f"{i}: host buffer overwritten before its reload was known done (ordering 3)")
+            since_last_copy = set()
+            copies_to_host[source] = i
+        elif kind == "to_device":
+            last_reload_of[entry[2]] = i
+            reloaded[entry[3]] = (entry[1], i)
+        elif kind == "use" and entry[1] in reloaded:
+            stream, filled_at = reloaded.pop(entry[1])
+            arrived = stream == "compute" or any(recorded_on.get(e, ("", -1))[0] == stream
+                                                 and recorded_on[e][1] > filled_at for e in waited["compute"])
+            if not arrived:
+                problems.append(f"{i}: a reloaded tensor used before the compute stream waited on its copy")
+        elif kind == "free" and entry[1] in copies_to_host:
+            copied_at = copies_to_host.pop(entry[1])
+            done = [e for e in waited["compute"] if recorded_on.get(e, ("", -1))[0] == "copy"
+                    and recorded_on[e][1] > copied_at]
+            if not done:
+                problems.append(f"{i}: device memory released before the compute stream waited on its copy (ordering 2)")
+    return problems
