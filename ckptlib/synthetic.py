@@ -99,6 +99,12 @@ def resolve_shape(preset: str | SyntheticShape, **overrides) -> SyntheticShape:
     return replace(preset, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def describe_shape(preset: str | SyntheticShape, **overrides) -> dict:
+    """The shape as the sweep records it: the block's sequence tokens and the batch."""
+    shape = resolve_shape(preset, **overrides)
+    return {"tokens": shape.tokens, "batch": shape.batch}
+
+
 def build(preset: str | SyntheticShape = "tiny", training: str = "lora", device: str = "cpu",
           lora_rank: int = 16, seed: int = 0, dtype: torch.dtype | None = None, quantization: str = "none",
           **shape_overrides) -> Workload:

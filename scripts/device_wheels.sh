@@ -16,5 +16,6 @@ pinned() { for p in "$@"; do v=$($python -c "import importlib.metadata as m; pri
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp "${platforms[@]}" \
   -d .whl $(pinned sqlalchemy hydra-core omegaconf diffusers torchao sdnq)
 python3 -m pip wheel -q --no-deps -w .whl $(pinned antlr4-python3-runtime) .   # antlr4 ships no wheel; ckpt-sweep itself
+rm -rf build  # what pip wheel . left behind
 ls -1 .whl
 du -sh .whl

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A PostgreSQL server on localhost for the PostgreSQL tests (Debian's package; run as root).
 #   scripts/postgres.sh start   installs it if needed, starts it, prints the SQLAlchemy URL
+#   scripts/postgres.sh restart   restarts the running server (the store's reconnect test)
 #   scripts/postgres.sh stop
 # The role may create databases: each test makes its own and drops it.
 set -euo pipefail
@@ -30,11 +31,14 @@ SQL
       || su postgres -c "createdb -O $ROLE $DATABASE"
     echo "postgresql+psycopg://$ROLE:$PASSWORD@localhost:5432/$DATABASE"
     ;;
+  restart)
+    pg_ctlcluster "$(version)" main restart
+    ;;
   stop)
     pg_ctlcluster "$(version)" main stop
     ;;
   *)
-    echo "usage: $0 start|stop" >&2
+    echo "usage: $0 start|restart|stop" >&2
     exit 2
     ;;
 esac

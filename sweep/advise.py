@@ -12,6 +12,8 @@ import pandas as pd
 
 from ckptlib.units import GIB, MIB
 
+from .matrices import variant
+
 _UNITS = {"gib": GIB, "gb": 10 ** 9, "mib": MIB, "mb": 10 ** 6, "": GIB}
 DEFAULT_MARGIN = 0.10
 
@@ -87,7 +89,13 @@ def _one_shape(cells: pd.DataFrame, family: str, tokens: int | None, preset: str
         chosen = chosen[chosen["preset"] == preset]
     if chosen.empty:
         raise ValueError(f"no recorded cells for family {family!r} with that shape and quantization {quantization!r}")
+    defaults = chosen[[variant(c, m) == "" for c, m in zip(chosen["config"], chosen["mode"])]]
+    chosen = defaults if not defaults.empty else chosen  # near-duplicates (interval 3, rank 8): the defaults
     shapes = chosen[["preset", "tokens"]].drop_duplicates()
+    if len(shapes) == 1 and family != "synthetic" and str(shapes["preset"].iloc[0]).startswith("tiny"):
+        raise ValueError(f"only {family}'s tiny test preset is recorded for that question, and a tiny preset says "
+                         f"nothing about the real model's memory: predict the real preset "
+                         f"(ckpt-sweep run sweep=none family={family} predict=true card_gib=...) or measure it on a GPU")
     if len(shapes) > 1:
         listing = ", ".join(f"{p} ({'' if pd.isna(t) else int(t)} tokens)" for p, t in shapes.itertuples(index=False))
         raise ValueError(f"several shapes recorded for {family}: {listing}; choose one with --preset or --tokens")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -64,12 +63,6 @@ class Cell:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def import_builder(target: str):
-    """A family's build function from its import path (a function, or a ckptlib FamilyBuilder)."""
-    module_name, _, name = target.rpartition(".")
-    return getattr(importlib.import_module(module_name), name)
 
 
 def cell_from_config(cfg) -> Cell:

@@ -36,11 +36,13 @@ def _parser(verb: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _engine(url: str):
+def _engine(url: str, create: bool = False):
+    """The database a verb reads (or, for import, writes); a one-line exit when it cannot be used.
+    A read verb never creates a database: a mistyped path is an error, not an empty report."""
     from .store import StoreError, open_store
 
     try:
-        return open_store(url)
+        return open_store(url, create=create)
     except StoreError as error:
         sys.exit(f"ckpt-sweep: {error}")
 
@@ -78,7 +80,7 @@ def import_tables(args: list[str]) -> None:
     from .published import import_file
     from .tables import TableError
 
-    engine = _engine(options.db)
+    engine = _engine(options.db, create=True)
     try:
         run_ids = import_file(engine, options.file, hardware=options.hardware, source=options.source, family=options.family)
     except TableError as error:
@@ -88,8 +90,9 @@ def import_tables(args: list[str]) -> None:
 
 def diff(args: list[str]) -> None:
     parser = _parser("diff", "Compare two runs cell by cell (time ratio B/A, memory difference, status changes).")
-    parser.add_argument("a", help="run id or hardware label")
-    parser.add_argument("b", help="run id or hardware label")
+    parser.add_argument("a", help="run id or hardware label, optionally @previous or @N (an earlier attempt)")
+    parser.add_argument("b", help="run id or hardware label, optionally @previous or @N")
+    parser.add_argument("--db-b", help="database URL of run B (default: the same database as A)")
     parser.add_argument("--out", default="reports", help="folder for the markdown and chart (default reports/)")
     options = parser.parse_args(args)
     from rich.console import Console
@@ -98,8 +101,9 @@ def diff(args: list[str]) -> None:
     from .plots import diff_plot
 
     engine = _engine(options.db)
+    engine_b = _engine(options.db_b) if options.db_b else None
     try:
-        result = diff_runs(engine, options.a, options.b)
+        result = diff_runs(engine, options.a, options.b, engine_b)
     except ValueError as error:
         sys.exit(f"ckpt-sweep: {error}")
     console = Console()
@@ -128,7 +132,7 @@ def advise_verb(args: list[str]) -> None:
     parser.add_argument("--margin", type=float, default=0.10, help="safety margin as a fraction of the card (default 0.10)")
     options = parser.parse_args(args)
     from .advise import advise, parse_size
-    from .report import load_cells, select_runs
+    from .query import load_cells, select_runs
 
     engine = _engine(options.db)
     try:

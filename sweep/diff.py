@@ -1,4 +1,10 @@
-"""`ckpt-sweep diff A B`: two runs cell by cell, status transitions first (asv-style compare)."""
+"""`ckpt-sweep diff A B`: two runs cell by cell, status transitions first (asv-style compare).
+
+A side is a run id or hardware label, optionally `@previous` (each cell's attempt before its
+current one) or `@N` (attempt N), in one database or two (`--db-b`). Cells pair up by what they
+are (family, preset, tokens, mode, precision, training and any setting that differs from the
+defaults), so near-duplicates never cross; a pair measured by different code says so.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,13 +16,15 @@ from scipy.stats import mannwhitneyu
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from .report import load_cells, load_runs, select_runs
-from .store import CellRow, Sample
 from ckptlib.units import GIB
 
+from .matrices import variant
+from .query import load_cells, load_runs, select_runs
+from .status import Status
+from .store import CellRow, Sample
 from .tables import FAMILY_MODES, NOT_RUN, SYNTHETIC_COLUMNS
 
-COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training"]
+COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
 MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
 FACTOR = 1.1  # asv's default: a change smaller than 10% is not reported as one
 ALPHA = 0.05
@@ -27,16 +35,25 @@ class Diff:
     label_a: str
     label_b: str
     cells: pd.DataFrame  # one row per coordinate, transitions first
-    environment: list[str]  # "key: A -> B" for every environment field that differs
+    environment: list[str]  # "key: A vs B" for every environment field that differs
 
     @property
     def transitions(self) -> pd.DataFrame:
         return self.cells[self.cells["transition"] != ""]
 
 
-def _samples(engine: Engine, run_ids: list[int]) -> dict[int, list[float]]:
+@dataclass
+class Side:
+    cells: pd.DataFrame
+    run_ids: list[int]
+    samples: dict[int, list[float]]
+    environment: dict
+    label: str
+
+
+def _samples(engine: Engine, cell_ids: list[int]) -> dict[int, list[float]]:
     query = (select(CellRow.id, Sample.seconds).join(Sample)
-             .where(CellRow.run_id.in_(run_ids), Sample.warmup.is_(False)))
+             .where(CellRow.id.in_(cell_ids), Sample.warmup.is_(False)))
     by_cell: dict[int, list[float]] = {}
     with engine.connect() as connection:
         for cell_id, seconds in connection.execute(query):
@@ -44,18 +61,39 @@ def _samples(engine: Engine, run_ids: list[int]) -> dict[int, list[float]]:
     return by_cell
 
 
-def _side(engine: Engine, selector: str) -> tuple[pd.DataFrame, list[int]]:
-    run_ids = select_runs(engine, [selector])
-    return load_cells(engine, run_ids), run_ids
+def _flat_environment(engine: Engine, run_ids: list[int]) -> dict:
+    runs = load_runs(engine).set_index("id")
+    merged = {}
+    for run_id in run_ids:
+        for key, value in (runs.loc[run_id, "environment"] or {}).items():
+            if isinstance(value, dict):
+                merged.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                merged[key] = value
+        merged["provenance"] = runs.loc[run_id, "provenance"]
+    return merged
+
+
+def side(engine: Engine, selector: str) -> Side:
+    """`RUN`, `RUN@previous` or `RUN@N` (RUN: a run id or hardware label)."""
+    run, _, attempt = selector.partition("@")
+    if attempt and attempt != "previous" and not attempt.isdigit():
+        raise ValueError(f"unknown attempt {attempt!r} in {selector!r}: use RUN@previous or RUN@N")
+    run_ids = select_runs(engine, [run])
+    cells = load_cells(engine, run_ids, attempt or "current")
+    cells = cells.assign(variant=[variant(c, m) for c, m in zip(cells["config"], cells["mode"])])
+    label = cells["hardware"].iloc[0] if not cells.empty else run
+    return Side(cells, run_ids, _samples(engine, cells["cell_id"].tolist()), _flat_environment(engine, run_ids),
+                label + (f" @{attempt}" if attempt else ""))
 
 
 def _transition(a: str | None, b: str | None, label_a: str, label_b: str) -> str:
     a, b = a or NOT_RUN, b or NOT_RUN
     if a == b:
         return ""
-    if a == "ok" and b == "oom":
+    if a == Status.OK and b == Status.OOM:
         return f"fits on {label_a}, OOM on {label_b}"
-    if a == "oom" and b == "ok":
+    if a == Status.OOM and b == Status.OK:
         return f"OOM on {label_a}, fits on {label_b}"
     return f"{label_a}: {a}, {label_b}: {b}"
 
@@ -72,60 +110,63 @@ def _significance(a: list[float] | None, b: list[float] | None, ratio: float) ->
     return f"not significant (p={p_value:.3g})"
 
 
-def _environment_changes(engine: Engine, ids_a: list[int], ids_b: list[int], label_a: str, label_b: str) -> list[str]:
-    runs = load_runs(engine).set_index("id")
-
-    def flat(ids) -> dict:
-        merged = {}
-        for run_id in ids:
-            env = runs.loc[run_id, "environment"] or {}
-            for key, value in env.items():
-                if isinstance(value, dict):
-                    merged.update({f"{key}.{k}": v for k, v in value.items()})
-                else:
-                    merged[key] = value
-            merged["provenance"] = runs.loc[run_id, "provenance"]
-        return merged
-
-    a, b = flat(ids_a), flat(ids_b)
-    return [f"{key}: {a.get(key, '-')} ({label_a}) vs {b.get(key, '-')} ({label_b})"
-            for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+def _code_change(a, b) -> str:
+    """'measured by other code' when both cells know the commit that measured them and it differs."""
+    commit_a = (a or {}).get("git_commit") if isinstance(a, dict) else None
+    commit_b = (b or {}).get("git_commit") if isinstance(b, dict) else None
+    if commit_a and commit_b and commit_a != commit_b:
+        return f"measured by other code ({commit_a[:8]} vs {commit_b[:8]})"
+    return ""
 
 
-def diff_runs(engine: Engine, selector_a: str, selector_b: str) -> Diff:
-    cells_a, ids_a = _side(engine, selector_a)
-    cells_b, ids_b = _side(engine, selector_b)
-    label_a = cells_a["hardware"].iloc[0] if not cells_a.empty else selector_a
-    label_b = cells_b["hardware"].iloc[0] if not cells_b.empty else selector_b
+def _figures(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A figure column as floats, blank (NaN) where the cell is not ok (an OOM has no sec/step to compare)."""
+    return frame[column].astype(float).where(frame["status"] == Status.OK)
+
+
+def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine | None = None) -> Diff:
+    a, b = side(engine, selector_a), side(engine_b or engine, selector_b)
+    label_a, label_b = a.label, b.label
     if label_a == label_b:
         label_a, label_b = f"{label_a} (A)", f"{label_b} (B)"
-    samples = _samples(engine, ids_a + ids_b)
-    keep = COORDINATES + ["status", "sec_per_step", "peak_bytes", "text", "cell_id"]
-    merged = cells_a[keep].merge(cells_b[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
-    merged["ratio"] = merged["sec_per_step_b"] / merged["sec_per_step_a"]
-    merged["memory_diff_gib"] = (merged["peak_bytes_b"] - merged["peak_bytes_a"]) / GIB
-    merged["memory_ratio"] = merged["peak_bytes_b"] / merged["peak_bytes_a"]
-    merged["transition"] = [_transition(a if isinstance(a, str) else None, b if isinstance(b, str) else None, label_a, label_b)
-                            for a, b in zip(merged["status_a"], merged["status_b"])]
+    keep = COORDINATES + ["status", "sec_per_step", "peak_bytes", "text", "cell_id", "versions"]
+    merged = a.cells[keep].merge(b.cells[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
+    merged = merged.assign(sec_a=_figures(merged.rename(columns={"status_a": "status"}), "sec_per_step_a"),
+                           sec_b=_figures(merged.rename(columns={"status_b": "status"}), "sec_per_step_b"),
+                           peak_a=_figures(merged.rename(columns={"status_a": "status"}), "peak_bytes_a"),
+                           peak_b=_figures(merged.rename(columns={"status_b": "status"}), "peak_bytes_b"))
+    merged["ratio"] = merged["sec_b"] / merged["sec_a"]
+    merged["memory_diff_gib"] = (merged["peak_b"] - merged["peak_a"]) / GIB
+    merged["memory_ratio"] = merged["peak_b"] / merged["peak_a"]
+    merged["transition"] = [_transition(x if isinstance(x, str) else None, y if isinstance(y, str) else None,
+                                        label_a, label_b) for x, y in zip(merged["status_a"], merged["status_b"])]
     merged["significance"] = [
-        _significance(samples.get(a), samples.get(b), r) if r == r else ""
-        for a, b, r in zip(merged["cell_id_a"], merged["cell_id_b"], merged["ratio"])]
+        _significance(a.samples.get(x), b.samples.get(y), r) if r == r else ""
+        for x, y, r in zip(merged["cell_id_a"], merged["cell_id_b"], merged["ratio"])]
+    merged["code"] = [_code_change(x, y) for x, y in zip(merged["versions_a"], merged["versions_b"])]
     merged["text_a"] = merged["text_a"].fillna(NOT_RUN)
     merged["text_b"] = merged["text_b"].fillna(NOT_RUN)
     mode_rank = {m: i for i, m in enumerate(MODE_ORDER)}
     merged = merged.assign(_first=merged["transition"] == "", _mode=merged["mode"].map(lambda m: mode_rank.get(m, 99)))
-    merged = merged.sort_values(["_first", "family", "tokens", "preset", "quantization", "_mode"], kind="stable")
+    merged = merged.sort_values(["_first", "family", "tokens", "preset", "quantization", "_mode", "variant"], kind="stable")
     merged = merged.drop(columns=["_first", "_mode"]).reset_index(drop=True)
-    return Diff(label_a, label_b, merged, _environment_changes(engine, ids_a, ids_b, label_a, label_b))
+    environment = [f"{key}: {a.environment.get(key, '-')} ({label_a}) vs {b.environment.get(key, '-')} ({label_b})"
+                   for key in sorted(set(a.environment) | set(b.environment))
+                   if a.environment.get(key) != b.environment.get(key)]
+    return Diff(label_a, label_b, merged, environment)
 
 
-def _row_values(row, diff: Diff) -> list[str]:
-    ratio = f"{row.ratio:.4f}" if row.ratio == row.ratio else ""
-    memory = f"{row.memory_diff_gib:+.2f}" if row.memory_diff_gib == row.memory_diff_gib else ""
-    memory_ratio = f"{row.memory_ratio:.4f}" if row.memory_ratio == row.memory_ratio else ""
+def _number(value, template: str) -> str:
+    return "" if value != value else template.format(value)
+
+
+def _row_values(row) -> list[str]:
     tokens = "" if pd.isna(row.tokens) else str(int(row.tokens))
-    return [row.family, row.preset, tokens, row.mode, row.quantization, row.text_a, row.text_b, ratio, memory,
-            memory_ratio, row.transition or row.significance]
+    mode = row.mode + (f" ({row.variant})" if row.variant else "")
+    change = "; ".join(x for x in (row.transition or row.significance, row.code) if x)
+    return [row.family, row.preset, tokens, mode, row.quantization, row.text_a, row.text_b,
+            _number(row.ratio, "{:.4f}"), _number(row.memory_diff_gib, "{:+.2f}"), _number(row.memory_ratio, "{:.4f}"),
+            change]
 
 
 def columns(diff: Diff) -> list[str]:
@@ -138,12 +179,12 @@ def rich_table(diff: Diff) -> Table:
     for column in columns(diff):
         table.add_column(column)
     for row in diff.cells.itertuples():
-        table.add_row(*_row_values(row, diff), style="bold red" if row.transition else None)
+        table.add_row(*_row_values(row), style="bold red" if row.transition else None)
     return table
 
 
 def markdown(diff: Diff, plot: Path | None = None) -> str:
-    frame = pd.DataFrame([_row_values(r, diff) for r in diff.cells.itertuples()], columns=columns(diff))
+    frame = pd.DataFrame([_row_values(r) for r in diff.cells.itertuples()], columns=columns(diff))
     parts = [f"# Diff: {diff.label_a} vs {diff.label_b}\n", "## Environment differences\n"]
     parts += [f"- {line}" for line in diff.environment] or ["- none recorded"]
     parts.append("\n## Status transitions\n")

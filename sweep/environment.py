@@ -1,6 +1,7 @@
 """Where a run happened: hardware label and software environment."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -102,6 +103,13 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return found
+
+
+@functools.cache
+def code_versions() -> dict:
+    """What measured a cell: this project's commit and the package versions (per process: a long
+    sweep's workers keep the code they started with)."""
+    return {**git_state(), "packages": versions()}
 
 
 def capture(device: str) -> dict:

@@ -51,9 +51,14 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
     """Runs (as store.replace_runs takes them) from a markdown file; TableError names file, line and cell."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise TableError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise TableError(f"cannot read {path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                         f"{error.start}); the docs' tables are markdown") from None
+    if "\x00" in text:
+        raise TableError(f"cannot read {path}: a binary file (NUL bytes), not a markdown table")
     tables = parse_tables(text, str(path))
     if not tables:
         raise TableError(f"{path}: no pipe table found")
@@ -94,7 +99,7 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
                     continue
                 cell = {"family": meaning.family, "preset": meaning.preset.format(tokens=row["tokens"]),
                         "mode": role[5:], "quantization": row["quantization"], "training": meaning.training}
-                run["cells"].append((cell, identity_key({**cell, "tokens": row["tokens"]}), CellResult(**result), row["tokens"]))
+                run["cells"].append((cell, identity_key({**cell, "tokens": row["tokens"]}), CellResult(**result), {"tokens": row["tokens"]}))
     return list(runs.values())
 
 

@@ -72,7 +72,7 @@ def test_no_nvml_means_no_gpus(monkeypatch):
 
 
 def test_devices_this_machine_lacks_are_refused_before_anything_runs(machine, monkeypatch):
-    from sweep.app import device_problems
+    from sweep.validate import device_problems
 
     monkeypatch.setattr("torch.backends.cuda.is_built", lambda: True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{A},{MIG}")

@@ -114,7 +114,7 @@ def test_predictions_through_the_sweep_report_diff_and_advise(tmp_path):
     the prediction beside the skipped cell; diff compares predicted with measured; advise fills gaps."""
     from sweep.advise import advise
     from sweep.diff import diff_runs
-    from sweep.report import load_cells, select_runs
+    from sweep.query import load_cells, select_runs
     from sweep.store import open_store
     from tests.sweep_helpers import FAST, query, run_sweep
 

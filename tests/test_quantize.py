@@ -77,7 +77,8 @@ def test_bad_combinations_are_rejected():
 def test_quantization_axis_through_the_sweep(tmp_path):
     """Rows in the docs' order, weight bytes recorded, fp8 unsupported with its reason, versions kept.
     skip_predicted_oom does not block quantized cells, which cannot be predicted: they are measured."""
-    from sweep.report import build_matrices, load_cells, select_runs
+    from sweep.matrices import build_matrices
+    from sweep.query import load_cells, select_runs
     from sweep.store import open_store
     from tests.sweep_helpers import query, run_sweep
 

@@ -8,13 +8,9 @@ import pytest
 from sweep.advise import advise, parse_size
 from sweep.diff import diff_runs, markdown
 from sweep.published import BUNDLED, import_file
-from sweep.report import (
-    build_matrices,
-    load_cells,
-    select_runs,
-    splice_document,
-    write_reports,
-)
+from sweep.matrices import build_matrices
+from sweep.query import load_cells, select_runs
+from sweep.report import splice_document, write_reports
 from sweep.store import open_store
 from sweep.tables import TableError, parse_tables
 from tests.sweep_helpers import ROOT, query
@@ -107,7 +103,7 @@ def test_measured_samples_are_judged_with_mann_whitney(tmp_path):
     def run(name, seconds):
         samples = [(s, False) for s in seconds]
         result = CellResult("ok", sec_per_step=sorted(seconds)[len(seconds) // 2], peak_bytes=2 ** 30, samples=samples)
-        return {"name": "s", "hardware": name, "provenance": "measured", "cells": [(cell, "k", result, 16)]}
+        return {"name": "s", "hardware": name, "provenance": "measured", "cells": [(cell, "k", result, {"tokens": 16})]}
 
     store.replace_runs(engine, [run("A", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]),
                                 run("B", [1.5, 1.49, 1.52, 1.51, 1.5, 1.48]),
@@ -173,7 +169,7 @@ HAND_CHECKED = pd.DataFrame([
     ("none", "ok", 1.00, 30.0), ("torch-ffn", "ok", 1.05, 22.0), ("unsloth-ffn", "ok", 1.12, 20.0),
     ("layer", "ok", 1.30, 12.0), ("unsloth", "ok", 1.36, 10.5), ("interval2", "oom", None, None),
 ], columns=["mode", "status", "sec_per_step", "gib"]).assign(
-    family="toy", preset="p", tokens=4096, quantization="none", hardware="GPU X", provenance="measured",
+    family="toy", preset="p", tokens=4096, quantization="none", hardware="GPU X", provenance="measured", config=None,
     peak_bytes=lambda f: (f["gib"] * 2 ** 30).round(), text=lambda f: f["mode"])
 
 
@@ -209,3 +205,67 @@ def test_report_selects_runs_by_hardware(engine):
     matrices = build_matrices(load_cells(engine, select_runs(engine, ["L40S"])))
     assert {m.table_id for m in matrices} == {"synthetic/packed-latents", "synthetic/large-shape"}
     assert all(set(m.frame["GPU"]) == {"L40S"} for m in matrices)
+
+
+def test_near_duplicate_cells_each_get_their_own_column(tmp_path):
+    """Cells that differ only in interval, stride, training, LoRA rank, dtype or a shape override all
+    show, under headings that name the difference; nothing is overwritten by the last one."""
+    from sweep import store
+    from sweep.cell import Cell
+    from sweep.results import CellResult
+
+    engine = open_store(f"sqlite:///{tmp_path / 'dup.db'}")
+    run_id = store.get_or_create_run(engine, "dups", "CPU: x")
+    base = dict(family="synthetic", builder="ckptlib.synthetic.build", preset="cpu-256", mode="layer", backend="torch")
+    variants = {"plain": {}, "interval 3": {"interval": 3}, "interval 2, stride 4": {"interval": 2, "stride": 4},
+                "full": {"training": "full"}, "LoRA rank 8": {"lora_rank": 8}, "fp32": {"dtype": "fp32"},
+                "depth 4": {"shape": {"depth": 4}}}
+    for i, (name, settings) in enumerate(variants.items()):
+        cell = Cell(**{**base, **settings})
+        store.record_cell(engine, run_id, cell.as_dict(), cell.key, CellResult("ok", sec_per_step=1.0 + i / 100,
+                                                                                peak_bytes=(i + 1) * 2 ** 30),
+                          shape={"tokens": 256})
+    unsupported = Cell(**{**base, "mode": "torch-ffn", "backend": "torch-ffn"})
+    store.record_cell(engine, run_id, unsupported.as_dict(), unsupported.key,
+                      CellResult("unsupported", "synthetic: no feed-forward boundary (injected)"), shape={"tokens": 256})
+    [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
+    text = matrix.markdown()
+    for i in range(len(variants)):
+        assert f"{1.0 + i / 100:.4f}s / {i + 1}.00 GiB" in text, text
+    headings = [c for c in matrix.frame.columns if c.startswith("Torch layer")]
+    assert len(headings) == len(variants) and "Torch layer (interval 3)" in headings
+    assert "Torch layer (interval 2, stride 4)" in headings and any("LoRA rank 8" in h for h in headings)
+    assert "unsupported [1]" in text and "[1] synthetic: no feed-forward boundary (injected)" in text
+    engine.dispose()
+
+
+def test_an_imported_oom_cell_is_a_status_in_report_advise_and_diff(engine, tmp_path):
+    source = tmp_path / "oom.md"
+    source.write_text(PUBLISHED.read_text().replace("| L40S | 16384 | 1.8153s / 19.35 GiB |", "| L40S | 16384 | OOM |"))
+    import_file(engine, source)
+    written = write_reports(engine, tmp_path / "reports", with_plots=False)
+    assert "| L40S      | 16384    | OOM " in (tmp_path / "reports" / "synthetic.md").read_text()
+    advice = advise(load_cells(engine, select_runs(engine)), "synthetic", parse_size("48GiB"), hardware="L40S",
+                    tokens=16384)
+    assert "none" in str(advice) and "OOM" in str(advice)
+    result = diff_runs(engine, "H100 80GB", "L40S")
+    assert "fits on H100 80GB, OOM on L40S" in set(result.transitions["transition"])
+    assert written
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not UTF-8 text (byte 0x89 at offset 0)"),
+    (b"| GPU |\n|---|\n\x00\x00", "a binary file (NUL bytes)"),
+])
+def test_import_of_a_binary_file_is_one_line(tmp_path, content, message):
+    bad = tmp_path / "table.md"
+    bad.write_bytes(content)
+    done = subprocess.run([sys.executable, "-m", "sweep.cli", "import", str(bad), "--db", f"sqlite:///{tmp_path / 'i.db'}"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_tokens_print_as_whole_numbers(engine, tmp_path):
+    write_reports(engine, tmp_path / "reports", with_plots=False)
+    text = (tmp_path / "reports" / "synthetic.md").read_text()
+    assert "| 16384 " in text and "16384.0" not in text

@@ -4,70 +4,31 @@ schema creation is safe when many workers start at once."""
 import json
 import multiprocessing as mp
 import os
-import shutil
-import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from sweep.store import StoreError, filesystem_of, open_store
+from tests.postgres_helpers import create_database, drop_database, postgres_reason, rows
 from tests.sweep_helpers import SUPPORT, query, run_sweep
 
-POSTGRES_URL = os.environ.get("CKPT_SWEEP_POSTGRES_URL")
 SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer,unsloth,torch-ffn", "+shape.tokens=16,24"]
 IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells order by cell_key"
 
 
-def _postgres_reason() -> str | None:
-    if POSTGRES_URL:
-        return None
-    started = shutil.which("pg_ctlcluster") and subprocess.run(
-        [str(Path(__file__).parent.parent / "scripts" / "postgres.sh"), "start"], capture_output=True, text=True)
-    if started and started.returncode == 0:
-        os.environ["CKPT_SWEEP_POSTGRES_URL"] = started.stdout.strip()
-        return None
-    return ("no PostgreSQL server: CKPT_SWEEP_POSTGRES_URL is unset and none could be started here "
-            "(scripts/postgres.sh start installs and starts one; .ci/run does)")
+def _spans(url: str) -> list[tuple]:
+    import datetime as dt
+
+    return sorted((dt.datetime.fromisoformat(str(at)) - dt.timedelta(seconds=wall), dt.datetime.fromisoformat(str(at)))
+                  for at, wall in rows(url, "select recorded_at, wall_s from cells"))
 
 
-def _admin(statement: str) -> None:
-    engine = create_engine(os.environ["CKPT_SWEEP_POSTGRES_URL"], isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.execute(text(statement))
-    engine.dispose()
-
-
-def _create_database() -> tuple[str, str]:
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    _admin(f"CREATE DATABASE {name}")
-    return name, os.environ["CKPT_SWEEP_POSTGRES_URL"].rsplit("/", 1)[0] + f"/{name}"
-
-
-def _drop_database(name: str) -> None:
-    _admin(f"DROP DATABASE {name} WITH (FORCE)")
-
-
-@pytest.fixture
-def postgres_url():
-    """A fresh database on the test server, dropped afterwards."""
-    reason = _postgres_reason()
-    if reason:
-        pytest.skip(reason)
-    name, url = _create_database()
-    yield url
-    _drop_database(name)
-
-
-def rows(url: str, sql: str) -> list[tuple]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return [tuple(r) for r in connection.execute(text(sql))]
-    finally:
-        engine.dispose()
+def _overlapping(url: str) -> bool:
+    """Some cell started before the one before it had ended."""
+    spans = _spans(url)
+    return any(start < previous_end for (_, previous_end), (start, _) in zip(spans, spans[1:]))
 
 
 def _cell_phase_s(url: str) -> float:
@@ -86,14 +47,14 @@ def pod_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pod")
     urls = {"local": f"sqlite:///{folder / 'local.db'}", "pod": f"sqlite:///{folder / 'pod.db'}"}
     postgres = None
-    if _postgres_reason() is None:
-        postgres = _create_database()
+    if postgres_reason() is None:
+        postgres = create_database()
         urls["pod"] = postgres[1]
     timings = {}
     for launcher in ("local", "pod"):
         started = time.perf_counter()
         done = run_sweep(folder / "unused.db", *SLOW_CELLS, f"launcher={launcher}", "workers=2", f"db.url={urls[launcher]}",
-                         "measure.warmup_steps=1", "measure.steps=14", timeout=600)
+                         "measure.warmup_steps=1", "measure.steps=4", timeout=600)
         timings[launcher] = time.perf_counter() - started
         assert done.returncode == 0, done.stderr[-3000:]
     cells = {launcher: _cell_phase_s(url) for launcher, url in urls.items()}
@@ -101,26 +62,26 @@ def pod_run(tmp_path_factory):
           f"cell phase: {cells['pod']:.1f} s / {cells['local']:.1f} s = {cells['pod'] / cells['local']:.2f}")
     yield urls, timings, cells
     if postgres:
-        _drop_database(postgres[0])
+        drop_database(postgres[0])
 
 
 def test_pod_launcher_runs_each_cell_once_in_parallel_on_distinct_workers(pod_run):
-    urls, timings, cells = pod_run
+    urls, _, _ = pod_run
     for launcher, workers in (("local", 1), ("pod", 2)):
         assert rows(urls[launcher], "select count(*), count(distinct cell_key) from cells") == [(8, 8)]
         assert rows(urls[launcher], "select count(*) from cells where status != 'ok'") == [(0,)]
         pids = {json.loads(w)["pid"] if isinstance(w, str) else w["pid"] for (w,) in rows(urls[launcher], "select worker from cells")}
         assert len(pids) == workers
-    # Ray's start (about 10 s on 2 cores) is paid once; the cells themselves take about half as long.
-    assert cells["pod"] < 0.7 * cells["local"], cells
-    assert timings["pod"] < 0.9 * timings["local"], timings
+    # Parallel by what happened, not by a wall-clock ratio (printed by the fixture: a busy machine moves
+    # it): on the pod, cells ran at the same time; sequentially, never.
+    assert _overlapping(urls["pod"]) and not _overlapping(urls["local"])
 
 
 def test_postgres_holds_the_same_rows_as_sqlite(pod_run):
     """The pod run wrote into PostgreSQL from 2 workers at once; the local run into SQLite."""
     urls, _, _ = pod_run
     if not urls["pod"].startswith("postgresql"):
-        pytest.skip(_postgres_reason() or "no PostgreSQL server")
+        pytest.skip(postgres_reason() or "no PostgreSQL server")
     assert rows(urls["pod"], IDENTITY) == rows(urls["local"], IDENTITY)
 
 
@@ -181,22 +142,6 @@ def _open_at_once(url: str, processes: int = 4) -> None:
     for worker in workers:
         worker.join(120)
     assert [w.exitcode for w in workers] == [0] * processes
-
-
-def test_schema_upgrade_adds_new_columns_and_survives_parallel_starts(tmp_path):
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    open_store(url).dispose()
-    engine = create_engine(url)
-    with engine.begin() as connection:  # an older database: no worker or weight columns yet
-        connection.execute(text("INSERT INTO runs (name, hardware, provenance, environment, config, started_at) "
-                                "VALUES ('old', 'CPU', 'measured', '{}', '{}', '2026-01-01')"))
-        connection.execute(text("ALTER TABLE cells DROP COLUMN worker"))
-        connection.execute(text("ALTER TABLE cells DROP COLUMN weight_bytes"))
-    engine.dispose()
-    _open_at_once(url)
-    columns = [name for _, name, *_ in query(tmp_path / "old.db", "pragma table_info(cells)")]
-    assert "worker" in columns and "weight_bytes" in columns
-    assert query(tmp_path / "old.db", "select name from runs") == [("old",)]
 
 
 def test_postgres_schema_creation_survives_parallel_starts(postgres_url):

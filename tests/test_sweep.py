@@ -44,11 +44,14 @@ def test_multirun_creates_exactly_the_cartesian_product(tmp_path):
 
 
 def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
+    """Only the hanging cell gets a short timeout: the others keep the default, however busy the machine."""
     db = tmp_path / "r.db"
-    overrides = ["sweep=none", "family=faulty", f"preset={','.join(FAULTS)}", "mode=layer,bad-stride",
-                 "measure.timeout_s=4", *FAST]
-    done = run_sweep(db, *overrides)
-    assert done.returncode == 0, done.stderr
+    others = ["sweep=none", "family=faulty", f"preset={','.join(p for p in FAULTS if p != 'hang')}",
+              "mode=layer,bad-stride", *FAST]
+    hang = ["sweep=none", "family=faulty", "preset=hang", "mode=layer,bad-stride", "measure.timeout_s=4", *FAST]
+    for overrides in (others, hang):
+        done = run_sweep(db, *overrides)
+        assert done.returncode == 0, done.stderr
     rows = {(p, m): (s, r) for p, m, s, r in query(db, "select preset, mode, status, reason from cells")}
     assert len(rows) == 2 * len(FAULTS)
     for preset, status in FAULTS.items():
@@ -61,25 +64,33 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     assert "exited with code 3" in rows[("exit", "layer")][1]
     [(traceback,)] = query(db, "select traceback from cells where preset='raise' and mode='layer'")
     assert "RuntimeError: injected failure" in traceback
-    [(sec, peak, n_measured, n_warmup)] = query(db, """select sec_per_step, peak_bytes,
+    [(sec, peak, n_measured, n_warmup, steps, warmup, loss)] = query(db, """select sec_per_step, peak_bytes,
         (select count(*) from samples s where s.cell_id=c.id and not warmup),
-        (select count(*) from samples s where s.cell_id=c.id and warmup) from cells c where preset='ok' and mode='layer'""")
-    assert sec > 0 and peak > 0 and (n_measured, n_warmup) == (2, 1)
+        (select count(*) from samples s where s.cell_id=c.id and warmup), steps, warmup_steps, final_loss
+        from cells c where preset='ok' and mode='layer'""")
+    assert sec > 0 and peak > 0 and (n_measured, n_warmup) == (2, 1) == (steps, warmup) and loss > 0
     [(environment, hardware)] = query(db, "select environment, hardware from runs")
     environment = json.loads(environment)
     for field in ("hardware", "hostname", "versions", "git_commit", "git_dirty", "PYTORCH_CUDA_ALLOC_CONF", "cpu"):
         assert field in environment
     assert hardware.startswith("CPU: ") and environment["versions"]["torch"]
+    [(versions, timings)] = query(db, "select versions, timings from cells where preset='ok' and mode='layer'")
+    assert json.loads(versions)["packages"]["torch"] and {"build_s", "child_s", "wall_s"} <= set(json.loads(timings))
+    assert query(db, "select count(*) from cells where breakdown = 'null' or report = 'null'") == [(0,)]
 
     recorded = query(db, "select cell_key, recorded_at from cells order by cell_key")
-    again = run_sweep(db, *overrides)
+    again = run_sweep(db, *others)
     assert again.returncode == 0, again.stderr
     assert all(line["skipped"] for line in json_lines(again.stdout))
     assert query(db, "select cell_key, recorded_at from cells order by cell_key") == recorded
 
-    retried = run_sweep(db, *overrides, "run.rerun=failed")
-    ran = {line["preset"] for line in json_lines(retried.stdout) if not line["skipped"]}
+    ran = set()
+    for overrides in (others, hang):
+        retried = run_sweep(db, *overrides, "run.rerun=failed")
+        ran |= {line["preset"] for line in json_lines(retried.stdout) if not line["skipped"]}
     assert ran == {"hang", "raise", "segfault", "exit"}
+    # the earlier attempts stay; only the latest is current
+    assert query(db, "select count(*), sum(is_current) from cells where preset = 'raise' and mode = 'layer'") == [(2, 1)]
 
 
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
@@ -116,20 +127,29 @@ def test_two_sweeps_into_one_sqlite_file_lose_no_rows(tmp_path):
     assert query(db, "select count(*) from samples")[0][0] == 8 * 3
 
 
-@pytest.mark.parametrize("override, message", [
-    ("mode=none,bogus", "Could not find 'mode/bogus'"),
-    ("db.url=notaurl", "malformed database URL 'notaurl'"),
-    ("training=sideways", "unknown training mode 'sideways'"),
-    ("run.rerun=sometimes", "run.rerun must be one of none, failed, all"),
-    ("family._target_=nowhere.build", "cannot import builder 'nowhere.build'"),
-    ("device=cuda", "device=cuda, but"),
+@pytest.mark.parametrize("overrides, messages", [
+    (["mode=none,bogus"], ["Could not find 'mode/bogus'"]),
+    (["db.url=notaurl"], ["malformed database URL 'notaurl'"]),
+    (["measure.steps=abc"], ["measure.steps must be a whole number of steps, at least 1, got 'abc'"]),
+    # every problem the validator finds is listed at once
+    (["training=sideways", "run.rerun=sometimes", "device=cuda", "measure.steps=0", "measure.warmup_steps=-1",
+      "measure.timeout_s=0"],
+     ["unknown training mode 'sideways'", "run.rerun must be one of none, failed, all", "device=cuda, but",
+      "measure.steps must be a whole number of steps, at least 1, got 0",
+      "measure.warmup_steps must be a whole number, 0 or more, got -1",
+      "measure.timeout_s must be a positive number of seconds, got 0"]),
+    (["family._target_=nowhere.build"], ["cannot import builder 'nowhere.build'"]),
+    (["family._target_=broken_builder.build"], ["cannot import builder 'broken_builder.build' (ZeroDivisionError: the "
+                                                "builder's module divided by zero at import (injected))"]),
+    (["family._target_=not_a_builder.build"], ["builder 'not_a_builder.build' is a int, not a function"]),
 ])
-def test_bad_input_is_named_before_anything_runs(tmp_path, override, message):
+def test_bad_input_is_named_before_anything_runs(tmp_path, overrides, messages):
     db = tmp_path / "r.db"
-    done = run_sweep(db, "sweep=none", "family=faulty", "preset=ok", "mode=none", *FAST, override)
+    done = run_sweep(db, "sweep=none", "family=faulty", "preset=ok", "mode=none", *FAST, *overrides)
     assert done.returncode != 0
-    assert message in done.stderr
-    assert not db.exists() or query(db, "select count(*) from cells") == [(0,)]
+    for message in messages:
+        assert message in done.stderr, (message, done.stderr[-2000:])
+    assert not db.exists()
 
 
 def test_unreadable_database_is_refused_and_left_untouched(tmp_path):
@@ -140,6 +160,29 @@ def test_unreadable_database_is_refused_and_left_untouched(tmp_path):
     assert done.returncode != 0
     assert "cannot open database" in done.stderr and "not a database" in done.stderr
     assert db.read_bytes() == before
+
+
+def test_a_change_of_measure_settings_is_said_and_rerun_keeps_the_earlier_attempt(tmp_path):
+    db = tmp_path / "r.db"
+    cells = ["sweep=none", "family=faulty", "preset=ok", "mode=none,layer", "training=lora"]
+    assert run_sweep(db, *cells, "measure.warmup_steps=1", "measure.steps=2").returncode == 0
+    again = run_sweep(db, *cells, "measure.warmup_steps=1", "measure.steps=3")
+    assert again.returncode == 0 and all(line["skipped"] for line in json_lines(again.stdout))
+    assert ("2 cell(s) recorded with steps=2, warmup_steps=1 (this sweep asks for steps=3, warmup_steps=1): "
+            "run.rerun=all measures them again, keeping the earlier attempt") in again.stderr
+    rerun = run_sweep(db, *cells, "measure.warmup_steps=1", "measure.steps=3", "run.rerun=all")
+    assert rerun.returncode == 0, rerun.stderr
+    assert query(db, "select mode, attempt, is_current, steps from cells order by mode, attempt") == [
+        ("layer", 1, 0, 2), ("layer", 2, 1, 3), ("none", 1, 0, 2), ("none", 2, 1, 3)]
+    assert query(db, "select count(*) from samples") == [(2 * (3 + 4),)]  # every attempt keeps its samples
+    from sweep.diff import diff_runs
+    from sweep.store import open_store
+
+    engine = open_store(f"sqlite:///{db}")
+    result = diff_runs(engine, "1@previous", "1")
+    assert len(result.cells) == 2 and result.label_a.endswith("@previous")
+    assert set(result.cells["ratio"].round(6) > 0) == {True}
+    engine.dispose()
 
 
 def test_cell_identity_ignores_the_label_and_rerun_rules():

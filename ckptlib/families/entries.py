@@ -9,7 +9,12 @@ from __future__ import annotations
 import torch
 
 from ..apply import FIRST_ARG, CallConvention
-from .registry import Family, FamilyShape, Preset, register
+from .geometry import FamilyShape, Latents
+from .registry import Family, Preset, register
+
+PACKED = Latents(spatial=16)  # inputs come packed 2x2 at the VAE's /8: one token per 16x16 pixels
+PATCHED = Latents(patch="patch_size")  # /8 latents, patched by the model
+VIDEO = Latents(patch="patch_size")  # /8 and /4 in time, a (t, h, w) patch
 
 ENCODER_HIDDEN = CallConvention.state("encoder_hidden_states", "hidden_states")  # (encoder, hidden) = block(...)
 HIDDEN = CallConvention.state("hidden_states")
@@ -490,6 +495,7 @@ register(
                             "axes_dims_rope": (4, 6, 6), "guidance_embeds": True}, TINY_IMAGE),
         },
         inputs=flux_inputs,
+        latents=PACKED,
         block_lists={"transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": ENCODER_HIDDEN},
         attention=("attn",), feed_forward=("ff", "ff_context"),
         blocks_note="double blocks: attn, ff, ff_context; single blocks fuse the MLP into the attention path, "
@@ -505,6 +511,7 @@ register(
                            TINY_IMAGE),
         },
         inputs=chroma_inputs,
+        latents=PACKED,
         # The loops slice per-block modulation by index: a grouped region would feed block i's slice
         # to block i+1, so only per-block regions are offered.
         block_lists={"transformer_blocks": None, "single_transformer_blocks": None},
@@ -522,6 +529,7 @@ register(
                             "in_channels": 4, "out_channels": 4, "pos_embed_max_size": 16}, TINY_IMAGE),
         },
         inputs=sd3_inputs,
+        latents=PATCHED,
         block_lists={"transformer_blocks": ENCODER_HIDDEN},
         attention=("attn", "attn2"), feed_forward=("ff", "ff_context"),
     ),
@@ -534,6 +542,7 @@ register(
             "tiny": Preset(TINY_WAN, FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
         },
         inputs=wan_inputs,
+        latents=VIDEO,
         block_lists={"blocks": FIRST_ARG},
         attention=("attn1", "attn2"), feed_forward=("ffn",),
     ),
@@ -547,6 +556,7 @@ register(
                             "norm_num_groups": 4, "use_additional_conditions": False}, TINY_IMAGE),
         },
         inputs=pixart_inputs,
+        latents=PATCHED,
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn1", "attn2"), feed_forward=("ff",),
     ),
@@ -558,6 +568,7 @@ register(
                             "in_channels": 16, "out_channels": 4, "axes_dims_rope": (4, 6, 6)}, TINY_IMAGE),
         },
         inputs=qwen_image_inputs,
+        latents=PACKED,
         block_lists={"transformer_blocks": ENCODER_HIDDEN},
         attention=("attn",), feed_forward=("img_mlp", "txt_mlp"),
     ),
@@ -577,6 +588,7 @@ register(
                             "in_channels": 4, "out_channels": 4, "pos_embed_max_size": 64}, TINY_IMAGE),
         },
         inputs=auraflow_inputs,
+        latents=PATCHED,
         block_lists={"joint_transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": HIDDEN},
         attention=("attn",), feed_forward=("ff", "ff_context"),
     ),
@@ -590,6 +602,7 @@ register(
                            FamilyShape(128, 128, batch=2, text_tokens=8)),
         },
         inputs=sana_inputs,
+        latents=Latents(spatial=32, patch="patch_size"),
         block_lists={"transformer_blocks": HIDDEN},
         feed_forward=("ff",), reasons=LINEAR_ATTENTION,
     ),
@@ -603,6 +616,7 @@ register(
                            FamilyShape(128, 128, frames=5, batch=2, text_tokens=8)),
         },
         inputs=sana_inputs,
+        latents=Latents(spatial=32, patch="patch_size"),
         block_lists={"transformer_blocks": HIDDEN},
         feed_forward=("ff",), reasons=LINEAR_ATTENTION,
     ),
@@ -615,6 +629,7 @@ register(
                             "axes_dim_rope": (4, 6, 6), "axes_lens": (64, 32, 32), "cap_feat_dim": 24}, TINY_IMAGE),
         },
         inputs=lumina2_inputs,
+        latents=PATCHED,
         block_lists={"noise_refiner": FIRST_ARG, "context_refiner": FIRST_ARG, "layers": FIRST_ARG},
         attention=("attn",), feed_forward=("feed_forward",),
         blocks_note="the refiners (noise_refiner, context_refiner) are block lists of their own and are "
@@ -629,6 +644,7 @@ register(
                             "pooled_projection_dim": 16, "rope_axes_dim": (2, 2, 4)}, TINY_VIDEO),
         },
         inputs=hunyuan_video_inputs,
+        latents=Latents(patch="patch_size", patch_t="patch_size_t"),
         # The loop passes extra positional arguments that land in the blocks' *args: keep them positional.
         block_lists={"transformer_blocks": FIRST_TWO_ARGS, "single_transformer_blocks": FIRST_TWO_ARGS},
         attention=("attn",), feed_forward=("ff", "ff_context"),
@@ -643,6 +659,7 @@ register(
                            FamilyShape(64, 64, frames=9, batch=2, text_tokens=8)),
         },
         inputs=ltx_inputs,
+        latents=Latents(spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t"),
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn1", "attn2"), feed_forward=("ff",),
     ),
@@ -657,6 +674,7 @@ register(
                            FamilyShape(64, 64, batch=2, text_tokens=8)),
         },
         inputs=cosmos_inputs, setup=cosmos_torchvision_shim,
+        latents=VIDEO,
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn1", "attn2"), feed_forward=("ff",),
     ),
@@ -669,9 +687,11 @@ register(
                            TINY_IMAGE),
         },
         inputs=z_image_inputs, latents_arg="x",
+        latents=Latents(patch=2),
         block_lists={"noise_refiner": FIRST_ARG, "context_refiner": FIRST_ARG, "layers": FIRST_ARG},
         attention=("attention",), feed_forward=("feed_forward",),
-        blocks_note="noise and context refiners are checkpointed as block lists of their own",
+        blocks_note="noise and context refiners are checkpointed as block lists of their own; the model pads "
+                    "image and caption tokens to multiples of 32",
     ),
 )
 
@@ -711,6 +731,7 @@ register(
                             "timestep_guidance_channels": 16}, TINY_IMAGE),
         },
         inputs=flux2_inputs,
+        latents=PACKED,
         block_lists={"transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": HIDDEN},
         attention=("attn",), feed_forward=("ff", "ff_context"),
         lora_targets=("to_q", "to_k", "to_v", "to_out.0", "to_qkv_mlp_proj"),
@@ -772,6 +793,7 @@ register(
                             "timestep_channels": 16, "axes_dims_rope": (4, 4, 4, 4)}, TINY_IMAGE),
         },
         inputs=flux3_inputs,
+        latents=PACKED,
         block_lists={"txt_mode_blocks": FIRST_ARG, "mode_blocks.image": FIRST_ARG,
                      "single_transformer_blocks": ENCODER_HIDDEN},
         attention=("attn",), feed_forward=("ff",),
@@ -788,6 +810,7 @@ register(
                             "num_refiner_text_blocks": 1, "axes_dims_rope": (4, 6, 6)}, TINY_IMAGE),
         },
         inputs=krea2_inputs,
+        latents=PACKED,
         block_lists={"transformer_blocks": FIRST_ARG},
         attention=("attn",), feed_forward=("ff",),
         blocks_note="the joint transformer blocks; the text-fusion stack is not checkpointed",
@@ -801,6 +824,7 @@ register(
                            TINY_IMAGE),
         },
         inputs=ernie_inputs,
+        latents=Latents(spatial=16, patch="patch_size"),
         block_lists={"layers": FIRST_ARG},
         attention=("self_attention",), feed_forward=("mlp",),
     ),
@@ -813,6 +837,7 @@ register(
                            TINY_IMAGE),
         },
         inputs=ideogram4_inputs,
+        latents=PACKED,
         block_lists={"layers": FIRST_ARG},
         attention=("attention",), feed_forward=("feed_forward",),
     ),
@@ -825,6 +850,7 @@ register(
                             "axes_dims_rope": [4, 6, 6]}, TINY_IMAGE),
         },
         inputs=longcat_inputs,
+        latents=PACKED,
         block_lists={"transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": ENCODER_HIDDEN},
         attention=("attn",), feed_forward=("ff", "ff_context"),
         blocks_note="single blocks fuse the MLP into the attention path: FFN modes cover the double blocks",
@@ -839,6 +865,7 @@ register(
             "tiny": Preset(TINY_WAN, FamilyShape(32, 32, frames=5, batch=2, text_tokens=8)),
         },
         inputs=anyflow_inputs,
+        latents=VIDEO,
         block_lists={"blocks": FIRST_ARG},
         attention=("attn1", "attn2"), feed_forward=("ffn",),
     ),
@@ -857,6 +884,7 @@ register(
                            TINY_IMAGE),
         },
         inputs=omnigen_inputs,
+        latents=PATCHED,
         block_lists={"layers": FIRST_ARG},
         attention=("self_attn",), feed_forward=("mlp",),
     ),
@@ -873,12 +901,13 @@ register(
                             "force_inference_output": False}, TINY_IMAGE),
         },
         inputs=hidream_inputs,
+        latents=PATCHED,
         # Each block gets its own Llama layer's states from the loop: per-block regions only.
         block_lists={"double_stream_blocks": None, "single_stream_blocks": None},
         attention=("block.attn1",), feed_forward=("block.ff_i", "block.ff_t"),
         lora_targets=("to_q", "to_k", "to_v", "to_out"),
         blocks_note="blocks are HiDreamBlock wrappers; the image feed-forward is a mixture of experts (trained "
-                    "in train mode, force_inference_output=False)",
+                    "in train mode, force_inference_output=False); image tokens are padded to max_resolution's count",
     ),
 )
 
@@ -894,6 +923,7 @@ register(
                             "axes_dims": (4, 6, 6), "visual_cond": True}, TINY_VIDEO),
         },
         inputs=kandinsky5_inputs,
+        latents=VIDEO,
         block_lists={"text_transformer_blocks": FIRST_ARG, "visual_transformer_blocks": FIRST_ARG},
         attention=("self_attention", "cross_attention"), feed_forward=("feed_forward",),
         lora_targets=("to_query", "to_key", "to_value", "self_attention.out_layer", "cross_attention.out_layer"),
@@ -911,6 +941,7 @@ register(
                             "patch_size": 2, "sliding_window": 8}, FamilyShape(1, 1, frames=32, batch=2, text_tokens=8)),
         },
         inputs=ace_step_inputs,
+        latents=Latents(spatial=1, temporal=1, patch_t="patch_size"),
         # Layers alternate sliding-window and full attention masks chosen by index: per-layer regions only.
         block_lists={"layers": None},
         attention=("self_attn", "cross_attn"), feed_forward=("mlp",),
@@ -926,6 +957,7 @@ register(
                             "rope_freq_dim": 4}, FamilyShape(64, 64, frames=5, batch=1, text_tokens=8)),
         },
         inputs=minimax_h3_inputs,
+        latents=VIDEO,
         block_lists={"transformer_blocks": FIRST_ARG},
         attention=("attn",), feed_forward=("ff",),
         fp32_inputs=("temb",),  # from time_embedder, which the class keeps in fp32
@@ -942,6 +974,7 @@ register(
                             "num_attention_heads": 2, "context_in_dim": 24, "axes_dims_rope": (4, 6, 6)}, TINY_IMAGE),
         },
         inputs=qwen_image21_inputs,
+        latents=PACKED,
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn",), feed_forward=("img_mlp",),
         blocks_note="one joint text+image stream; grouped regions need the KV cache off (it is, in training)",
@@ -959,6 +992,7 @@ register(
                             "num_layers": 4, "caption_channels": 24}, FamilyShape(64, 64, frames=9, batch=2, text_tokens=8)),
         },
         inputs=ltx2_inputs,
+        latents=Latents(spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t"),
         # Training passes no spatio-temporal guidance blocks, so every block gets the same extras.
         block_lists={"transformer_blocks": CallConvention.state("hidden_states", "audio_hidden_states")},
         attention=("attn1", "attn2", "audio_attn1", "audio_attn2"), feed_forward=("ff", "audio_ff"),
@@ -977,6 +1011,7 @@ register(
                            FamilyShape(64, 64, batch=1, text_tokens=8)),
         },
         inputs=cosmos3_inputs, latents_arg="vision_tokens",
+        latents=Latents(spatial=16, patch="latent_patch_size"),
         # decoder layers carry (understanding, generation) streams: und, gen = layer(und, gen, rotary)
         block_lists={"layers": FIRST_TWO_ARGS},
         attention=("self_attn",), feed_forward=("mlp", "mlp_moe_gen"),

@@ -16,24 +16,10 @@ from ..workload import (
     make_trainable,
     seeded_generator,
 )
+from .geometry import FamilyShape, Latents, constructor_config
 from .materialize import build_on_meta, materialize
 
 DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
-
-
-@dataclass(frozen=True)
-class FamilyShape:
-    """One training input: image (height x width) or video (frames) latents, text tokens, batch."""
-
-    height: int
-    width: int
-    frames: int | None = None
-    batch: int = 1
-    text_tokens: int = 64
-
-    @property
-    def tokens(self) -> int:
-        return self.height * self.width * (self.frames or 1)  # in latent pixels; families refine via patch
 
 
 @dataclass(frozen=True)
@@ -60,6 +46,7 @@ class Family:
     feed_forward: tuple[str, ...] = ()
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     latents_arg: str = "hidden_states"  # the noisy latents among the forward's arguments
+    latents: Latents | None = None  # how the input becomes the transformer's tokens (None: not a token model)
     setup: Callable[[], None] | None = None  # run once before building (shims for optional imports)
     blocks_note: str = ""  # what a "block" is for this family, where it is not a transformer block
     reasons: Mapping[str, str] = field(default_factory=dict)  # "attention" / "feed_forward" -> why not offered
@@ -98,6 +85,12 @@ class Family:
     def config(self, preset: str) -> dict:
         return dict(self.preset(preset).config)
 
+    def image_tokens(self, preset: str, shape: FamilyShape) -> int | None:
+        """The latent tokens the transformer sees for this input (after the VAE and patching)."""
+        if self.latents is None:
+            return None
+        return self.latents.tokens(constructor_config(self.model_class(), self.config(preset)), shape)
+
     def build_meta(self, preset: str) -> nn.Module:
         cls = self.model_class()
         if self.setup is not None:
@@ -134,6 +127,14 @@ def get(name: str) -> Family:
 def resolve_shape(family: str, preset: str, **overrides) -> FamilyShape:
     shape = get(family).preset(preset).shape
     return replace(shape, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def describe_shape(family: str, preset: str, **overrides) -> dict:
+    """What a cell's shape means: image tokens and text tokens as the transformer sees them, the
+    resolution, frames and batch."""
+    shape = resolve_shape(family, preset, **overrides)
+    return {"tokens": get(family).image_tokens(preset, shape), "text_tokens": shape.text_tokens, "height": shape.height,
+            "width": shape.width, "frames": shape.frames, "batch": shape.batch}
 
 
 def build(family: str, preset: str = "tiny", training: str = "lora", device: str = "cpu", lora_rank: int = 16,
@@ -175,6 +176,9 @@ class FamilyBuilder:
 
     def resolve_shape(self, preset: str, **overrides) -> FamilyShape:
         return resolve_shape(self.name, preset, **overrides)
+
+    def describe_shape(self, preset: str, **overrides) -> dict:
+        return describe_shape(self.name, preset, **overrides)
 
     def __call__(self, preset: str = "tiny", **kwargs) -> Workload:
         return build(self.name, preset, **kwargs)

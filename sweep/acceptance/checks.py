@@ -182,7 +182,7 @@ def offload(device: str, out: Path) -> Outcome:
 # ---- the harness ---------------------------------------------------------------------------------
 
 def harness(device: str, out: Path) -> Outcome:
-    presets = "packed-4096,packed-16384" if _cuda(device) else "cpu-256,cpu-1024"
+    presets = "packed-4096,packed-16384" if _cuda(device) else "tiny,cpu-256"
     common = ["sweep=none", f"preset={presets}", "mode=none,layer,unsloth", "training=frozen", f"run.name={RUN}-harness"]
     measured = sweep_cli(out, *common, f"device={device}", "measure.warmup_steps=2",
                          f"measure.steps={5 if _cuda(device) else 3}")

@@ -5,7 +5,8 @@ from collections.abc import Callable
 
 from ckptlib import UnsupportedModeError
 
-from ..cell import Cell, import_builder
+from ..builders import import_builder
+from ..cell import Cell
 from ..outcome import classify
 from ..results import CellResult
 from ..status import Status

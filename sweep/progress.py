@@ -1,0 +1,117 @@
+"""What a person sees while a sweep runs: validation first, a progress bar (JSON lines when not on a
+terminal), and a summary read back from the database at the end (cells may have run in other
+processes or on other nodes)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+from rich.console import Console
+
+from . import store
+from .cell import cell_from_config
+from .validate import SweepConfigError, expand_jobs, job_value, validate
+
+
+class SweepCallback(Callback):
+    """Validates the whole sweep before any cell runs, shows progress, prints the summary."""
+
+    def __init__(self) -> None:
+        self.console = Console(stderr=True)
+        self.progress = None
+        self.task = None
+        self.total = None
+        self.started = 0.0
+        self.counts: Counter = Counter()
+        self.results: list[dict] = []  # jobs that ran in this process (the local launcher)
+        self.notes: Counter = Counter()  # one line each at the end, however many cells it concerns
+        self.targets: dict[str, set[str]] = {}  # database URL -> run names this sweep writes
+        self.since = store.now()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        expanded = expand_jobs(config)
+        checks = [config]
+        if expanded is not None:
+            self.total, checks = expanded
+            try:
+                validate(checks)
+            except SweepConfigError as error:
+                # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
+                raise SystemExit(f"ckpt-sweep: {error}") from None
+        self.targets = {}
+        for job in checks:
+            self.targets.setdefault(str(job.db.url), set()).add(str(job_value(job, "run.name")))
+        self.since = store.now()
+        self.started = time.perf_counter()
+        if self.console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                     TextColumn("{task.fields[counts]}"), console=self.console,
+                                     refresh_per_second=2)
+            self.task = self.progress.add_task("cells", total=self.total, counts="")
+            self.progress.start()
+
+    def __getstate__(self) -> dict:
+        # Launchers ship the callbacks to each job's process (Ray pickles them): a console and a live
+        # progress bar stay behind; jobs there print JSON lines.
+        return {**self.__dict__, "console": None, "progress": None, "task": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.console = Console(stderr=True)
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=cell_from_config(config).describe())
+
+    def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        try:
+            result = job_return.return_value
+        except Exception as error:  # noqa: BLE001 - the job itself raised (a harness error); show it
+            result = {"cell": "?", "status": "error", "reason": str(error), "skipped": False}
+        self.results.append(result)
+        self.counts["skipped" if result.get("skipped") else result["status"]] += 1
+        if result.get("note"):
+            self.notes[result["note"]] += 1
+        if self.progress is not None:
+            counts = " ".join(f"{k}:{v}" for k, v in sorted(self.counts.items()))
+            self.progress.update(self.task, advance=1, counts=counts)
+        else:
+            print(json.dumps({k: v for k, v in result.items() if v is not None}), flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        from .report import run_matrix, summary_table
+
+        elapsed = time.perf_counter() - self.started
+        if self.console.is_terminal and self.results:
+            self.console.print(summary_table(self.results))
+        counts: Counter = Counter({"skipped": self.counts["skipped"]} if self.counts["skipped"] else {})
+        matrices = []
+        for url, names in self.targets.items():
+            engine = store.open_store(url)
+            for run_id, statuses in sorted(store.runs_recorded_since(engine, sorted(names), self.since).items()):
+                store.finish_run(engine, run_id)
+                counts.update(statuses)
+                matrices.append(run_matrix(engine, run_id))
+            engine.dispose()
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        print(f"{sum(counts.values())} cells in {elapsed:.1f} s: {summary}", file=sys.stderr, flush=True)
+        for note, cells in self.notes.items():
+            print(f"{cells} cell(s) {note}", file=sys.stderr, flush=True)
+        for matrix in matrices:
+            print(matrix, flush=True)

@@ -1,0 +1,52 @@
+"""A PostgreSQL server for the tests that need one: CKPT_SWEEP_POSTGRES_URL (.ci/run sets it), else a
+server scripts/postgres.sh can start here, else the tests skip and say why. Each test gets a fresh
+database, dropped afterwards."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def postgres_reason() -> str | None:
+    if os.environ.get("CKPT_SWEEP_POSTGRES_URL"):
+        return None
+    started = shutil.which("pg_ctlcluster") and subprocess.run(
+        [str(ROOT / "scripts" / "postgres.sh"), "start"], capture_output=True, text=True)
+    if started and started.returncode == 0:
+        os.environ["CKPT_SWEEP_POSTGRES_URL"] = started.stdout.strip()
+        return None
+    return ("no PostgreSQL server: CKPT_SWEEP_POSTGRES_URL is unset and none could be started here "
+            "(scripts/postgres.sh start installs and starts one; .ci/run does)")
+
+
+def admin(statement: str) -> None:
+    engine = create_engine(os.environ["CKPT_SWEEP_POSTGRES_URL"], isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(statement))
+    engine.dispose()
+
+
+def create_database() -> tuple[str, str]:
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    admin(f"CREATE DATABASE {name}")
+    return name, os.environ["CKPT_SWEEP_POSTGRES_URL"].rsplit("/", 1)[0] + f"/{name}"
+
+
+def drop_database(name: str) -> None:
+    admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def rows(url: str, sql: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(text(sql))]
+    finally:
+        engine.dispose()

@@ -1,0 +1,2 @@
+"""A module whose `build` is not callable (bad-input tests)."""
+build = 3
