@@ -71,8 +71,9 @@ def load_cells(engine: Engine, run_ids: list[int] | None = None, attempt: str = 
     frame = pd.DataFrame([dict(r) for r in rows],
                          columns=["cell_id", *CELL_COLUMNS, "hardware", "run_name", "provenance", "device"])
     frame = frame.astype({column: "Int64" for column in INTEGER_COLUMNS})
-    frame["predicted_bytes"] = _predictions_for(engine, frame)
-    frame["text"] = [cell_text(r.status, r.sec_per_step, r.peak_bytes, r.iqr_s, r.predicted_bytes)
+    frame["predicted_bytes"] = pd.array(_predictions_for(engine, frame), dtype="Int64")
+    frame["text"] = [cell_text(r.status, *(None if pd.isna(v) else v for v in (r.sec_per_step, r.peak_bytes, r.iqr_s,
+                                                                                r.predicted_bytes)))
                      for r in frame.itertuples()]
     return frame
 
