@@ -5,23 +5,17 @@
     print(handle.report)
     handle.remove()
 """
-from .apply import (
-    FIRST_ARG,
-    BlockSpec,
-    CallConvention,
-    CheckpointHandle,
-    Report,
-    UnsupportedModeError,
-    apply,
-)
-from .config import BACKENDS, CheckpointConfig
+from .apply import CheckpointHandle, Report, apply, find_submodules
+from .config import BACKENDS, Backend, CheckpointConfig
 from .memory import LiveTensorTracker
+from .modes import MODES
 from .plan import Plan, plan
 from .pool import HostPool, PoolStats
+from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 from .workload import TRAINING_MODES, Workload
 
 __all__ = [
-    "BACKENDS", "FIRST_ARG", "BlockSpec", "CallConvention", "CheckpointConfig", "CheckpointHandle",
+    "BACKENDS", "FIRST_ARG", "MODES", "Backend", "BlockSpec", "CallConvention", "CheckpointConfig", "CheckpointHandle",
     "HostPool", "LiveTensorTracker", "Plan", "PoolStats", "Report", "TRAINING_MODES",
-    "UnsupportedModeError", "Workload", "apply", "plan",
+    "UnsupportedModeError", "Workload", "apply", "find_submodules", "plan",
 ]

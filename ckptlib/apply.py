@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,58 +23,7 @@ from .memory import storage_id
 from .offload import Offloader
 from .plan import Plan, plan
 from .pool import HostPool
-
-
-class UnsupportedModeError(ValueError):
-    """The model does not expose what the requested mode needs."""
-
-
-@dataclass(frozen=True)
-class CallConvention:
-    """How a block list hands its running state from one block to the next.
-
-    next_inputs(output, args, kwargs) -> (args, kwargs) of the next block's call.
-    passthrough(args, kwargs) -> what a block returns when it only hands its inputs on.
-    by_name: calls are first bound to the block's signature, so args is () and kwargs holds every
-    argument by name, however the model's loop passed them.
-    """
-
-    next_inputs: Callable[[Any, tuple, dict], tuple[tuple, dict]]
-    passthrough: Callable[[tuple, dict], Any]
-    by_name: bool = False
-    # carried(args, kwargs) -> the state inputs (the region inputs unsloth offloads); None: every tensor input
-    carried: Callable[[tuple, dict], tuple] | None = None
-
-    @classmethod
-    def state(cls, *names: str) -> CallConvention:
-        """Blocks return the named arguments, in this order, as their new values (Flux:
-        `encoder_hidden_states, hidden_states = block(hidden_states=..., encoder_hidden_states=...)`)."""
-        def next_inputs(out, args, kwargs):
-            values = out if len(names) > 1 else (out,)
-            return (), {**kwargs, **dict(zip(names, values, strict=True))}
-
-        def passthrough(args, kwargs):
-            values = tuple(kwargs[name] for name in names)
-            return values if len(names) > 1 else values[0]
-
-        return cls(next_inputs, passthrough, by_name=True, carried=lambda args, kwargs: tuple(kwargs[n] for n in names))
-
-    @classmethod
-    def leading(cls, count: int) -> CallConvention:
-        """Blocks return new values for their first `count` positional arguments, in order
-        (HunyuanVideo: `hidden, encoder = block(hidden, encoder, temb, ...)`)."""
-        def next_inputs(out, args, kwargs):
-            values = out if count > 1 else (out,)
-            return (*values, *args[count:]), kwargs
-
-        def passthrough(args, kwargs):
-            return tuple(args[:count]) if count > 1 else args[0]
-
-        return cls(next_inputs, passthrough, carried=lambda args, kwargs: tuple(args[:count]))
-
-
-# x = block(x, *other_args, **kwargs)
-FIRST_ARG = CallConvention.leading(1)
+from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 
 
 def _by_name(forward: Callable, args: tuple, kwargs: dict) -> dict:
@@ -91,27 +40,6 @@ def _by_name(forward: Callable, args: tuple, kwargs: dict) -> dict:
         else:
             named[name] = value
     return named
-
-
-@dataclass(frozen=True)
-class BlockSpec:
-    """Where a model's block lists are and which submodules of a block are attention and feed-forward.
-
-    block_lists: dotted paths of nn.ModuleLists on the model.
-    attention / feed_forward: submodule paths inside a block (absent ones are skipped per block).
-    conventions: per block list; FIRST_ARG by default. None: the list cannot be grouped (interval > 1
-    is unsupported there).
-    """
-
-    block_lists: Sequence[str]
-    attention: Sequence[str] = ()
-    feed_forward: Sequence[str] = ()
-    conventions: Mapping[str, CallConvention | None] = field(default_factory=dict)
-    name: str = "model"
-    reasons: Mapping[str, str] = field(default_factory=dict)  # capability -> why the model lacks it
-
-    def convention(self, block_list: str) -> CallConvention | None:
-        return self.conventions.get(block_list, FIRST_ARG)
 
 
 @dataclass

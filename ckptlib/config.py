@@ -4,7 +4,28 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-BACKENDS = ("none", "torch", "torch-ffn", "unsloth", "unsloth-ffn")
+
+@dataclass(frozen=True)
+class Backend:
+    """What a backend does, under the name the docs give it.
+
+    recompute: what backward recomputes, "block" (a whole region of blocks), "ffn" (only the
+    feed-forward submodules) or None (nothing: every activation is kept).
+    offload_inputs: the recomputed regions' saved inputs wait in host memory instead of on the device.
+    """
+
+    name: str
+    recompute: str | None
+    offload_inputs: bool = False
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("none", recompute=None),
+    Backend("torch", recompute="block"),
+    Backend("torch-ffn", recompute="ffn"),
+    Backend("unsloth", recompute="block", offload_inputs=True),
+    Backend("unsloth-ffn", recompute="ffn", offload_inputs=True),
+)}
 DEFAULT_PIN_MEMORY_MAX_BUCKETS = 12
 # Saved tensors smaller than this cost more to move than they save (Unsloth uses 2 MB, TE about 1 MB).
 DEFAULT_MIN_OFFLOAD_BYTES = 1 << 20
@@ -51,15 +72,15 @@ class CheckpointConfig:
 
     @property
     def checkpoints(self) -> bool:
-        return self.backend != "none"
+        return BACKENDS[self.backend].recompute is not None
 
     @property
     def ffn_only(self) -> bool:
-        return self.backend.endswith("-ffn")
+        return BACKENDS[self.backend].recompute == "ffn"
 
     @property
     def offloads_regions(self) -> bool:
-        return self.backend.startswith("unsloth")
+        return BACKENDS[self.backend].offload_inputs
 
     @property
     def uses_offload(self) -> bool:

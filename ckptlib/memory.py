@@ -73,10 +73,6 @@ class LiveTensorTracker(TorchDispatchMode):
         self.phase: str | None = None  # forces the category of new storages (the optimizer step)
         self._entries: dict[int, tuple[int, str]] = {}  # storage id -> (bytes, category)
 
-    def reset_peak(self) -> None:
-        self.peak_bytes = self.live_bytes
-        self.peak_by_category = dict(self.live_by_category)
-
     def track(self, *tensors: torch.Tensor, category: str = "inputs") -> None:
         for t in tensors:
             for plain in plain_tensors(t):

@@ -16,9 +16,6 @@ class Plan:
     def checkpointed_blocks(self) -> tuple[int, ...]:
         return tuple(i for r in self.regions for i in r)
 
-    def region_of(self, block: int) -> range | None:
-        return next((r for r in self.regions if block in r), None)
-
     def __str__(self) -> str:
         regions = " ".join(f"[{r.start}-{r.stop - 1}]" if len(r) > 1 else f"[{r.start}]" for r in self.regions)
         plain = ", ".join(map(str, self.plain))

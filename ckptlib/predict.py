@@ -23,12 +23,12 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
-from .apply import UnsupportedModeError, apply
+from .apply import apply
 from .config import CheckpointConfig
 from .memory import CATEGORIES, step_peak
+from .spec import UnsupportedModeError
 from .units import MIB
 from .workload import Workload, adamw_for
-
 
 
 @dataclass(frozen=True)

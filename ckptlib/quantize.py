@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .apply import UnsupportedModeError
 from .memory import plain_tensors
+from .spec import UnsupportedModeError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .apply import BlockSpec
+from .spec import BlockSpec
 from .workload import Workload, adamw_for, default_dtype, make_trainable
 
 

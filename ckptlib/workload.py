@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .apply import BlockSpec, UnsupportedModeError
 from .quantize import quantize_base
+from .spec import BlockSpec, UnsupportedModeError
 
 TRAINING_MODES = ("lora", "frozen", "full")
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ckptlib.units import GIB
 
-from . import environment, gpus, store
+from . import configs, environment, store
 from .builders import describe_shape, import_builder
 from .cell import Cell, cell_from_config
 from .isolation import run_isolated
@@ -22,30 +22,7 @@ from .status import RETRYABLE, Status
 CONFIG_PATH = str(Path(__file__).resolve().parent / "conf")  # shipped inside the package
 
 
-def register_families() -> None:
-    """Every ckptlib family becomes `family=<name>` (conf/family/*.yaml adds the synthetic one)."""
-    from hydra.core.config_store import ConfigStore
-
-    from ckptlib.families import all_families
-
-    store_ = ConfigStore.instance()
-    for name, family in all_families().items():
-        store_.store(group="family", name=name, node={
-            "name": name, "_target_": f"ckptlib.families.builders.{name}",
-            "default_preset": "tiny" if family.unsupported else family.default_preset})
-
-
-register_families()
-
-
-def register_resolvers() -> None:
-    """What the launcher presets ask of this machine: one GPU per cell where there are GPUs,
-    otherwise `workers` parallel CPU cells."""
-    OmegaConf.register_new_resolver("gpus_per_cell", lambda: 1 if gpus.count() else 0, replace=True)
-    OmegaConf.register_new_resolver("ray_cpus", lambda workers: None if gpus.count() else int(workers), replace=True)
-
-
-register_resolvers()
+configs.register()
 
 
 @dataclass
@@ -72,7 +49,7 @@ def run_state(cfg: DictConfig) -> RunState:
             provenance, device_label = "predicted", cfg.predict_device
         else:
             env, provenance, device_label = environment.capture(device), "measured", device
-        sweep_config = OmegaConf.to_container(cfg, resolve=True)
+        sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         run_id = store.get_or_create_run(engine, str(cfg.run.name), env["hardware"], provenance=provenance,
                                          device=device_label, environment=env, config=sweep_config)
         _runs[key] = RunState(engine, run_id, device, env["hardware"], store.completed_cells(engine, run_id))
@@ -114,7 +91,7 @@ def execute(cfg: DictConfig) -> dict:
     state = run_state(cfg)
     previous = state.done.get(cell.key)
     summary = {"cell": cell.describe(), "key": cell.key, "mode": cell.mode, "preset": cell.preset}
-    if not should_run(previous and previous[0], cfg.run.rerun):
+    if not should_run(previous and previous[0], cfg.run.rerun.name):
         note = None if cfg.predict else settings_note(previous, cfg)
         return {**summary, "status": previous[0], "skipped": True, "note": note}
     try:

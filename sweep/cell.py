@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ckptlib import CheckpointConfig
+from ckptlib.config import DEFAULT_PIN_MEMORY_MAX_BUCKETS
 
 LATER_FIELDS = {"dtype": "auto"}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -29,7 +30,7 @@ class Cell:
     interval: int | None = None
     stride: int | None = None
     offload_attention: bool = False
-    pin_memory_max_buckets: int = 12
+    pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
     quantization: str = "none"
     training: str = "lora"
     lora_rank: int = 16
@@ -65,14 +66,17 @@ class Cell:
         return asdict(self)
 
 
+def _word(value) -> str:
+    """An enum field's word (typed configs hold enum members), or the value itself."""
+    return getattr(value, "name", value)
+
+
 def cell_from_config(cfg) -> Cell:
-    """Build a cell from a composed sweep config (an OmegaConf node or a plain dict)."""
-    mode, family = cfg["mode"], cfg["family"]
-    return Cell(
-        family=family["name"], builder=family["_target_"], preset=str(cfg["preset"]), mode=mode["name"],
-        backend=mode["backend"], interval=mode.get("interval"), stride=mode.get("stride"),
-        offload_attention=bool(mode.get("offload_attention", False)),
-        pin_memory_max_buckets=int(cfg["pin_memory_max_buckets"]), quantization=cfg["quantization"]["name"],
-        training=cfg["training"], lora_rank=int(cfg["lora_rank"]), shape=dict(cfg.get("shape") or {}),
-        seed=int(cfg["seed"]), dtype=str(cfg.get("dtype", "auto")),
-    )
+    """The cell a composed (typed) sweep config describes."""
+    from omegaconf import OmegaConf
+
+    schedule = {k: v for k, v in OmegaConf.to_container(cfg.mode).items() if k != "name"}
+    return Cell(family=cfg.family.name, builder=cfg.family._target_, preset=str(cfg.preset), mode=cfg.mode.name,
+                quantization=cfg.quantization.name, training=_word(cfg.training), dtype=_word(cfg.dtype),
+                lora_rank=int(cfg.lora_rank), pin_memory_max_buckets=int(cfg.pin_memory_max_buckets), seed=int(cfg.seed),
+                shape=OmegaConf.to_container(cfg.shape), **schedule)

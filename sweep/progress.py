@@ -14,7 +14,7 @@ from rich.console import Console
 
 from . import store
 from .cell import cell_from_config
-from .validate import SweepConfigError, expand_jobs, job_value, validate
+from .validate import SweepConfigError, expand_jobs, job_value, override_problems, validate
 
 
 class SweepCallback(Callback):
@@ -38,7 +38,7 @@ class SweepCallback(Callback):
         if expanded is not None:
             self.total, checks = expanded
             try:
-                validate(checks)
+                validate(checks, override_problems(config))
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None

@@ -34,7 +34,7 @@ class Base(DeclarativeBase):
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class SchemaVersion(Base):

@@ -246,16 +246,17 @@ def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
     """
     ids = []
     with Session(engine) as session, session.begin():
-        for spec in runs:
-            run = session.scalar(select(Run).where(Run.name == spec["name"], Run.hardware == spec["hardware"],
-                                                   Run.provenance == spec["provenance"]))
+        for published in runs:
+            run = session.scalar(select(Run).where(Run.name == published["name"], Run.hardware == published["hardware"],
+                                                   Run.provenance == published["provenance"]))
             if run is None:
-                run = Run(name=spec["name"], hardware=spec["hardware"], provenance=spec["provenance"])
+                run = Run(name=published["name"], hardware=published["hardware"], provenance=published["provenance"])
                 session.add(run)
-            run.source, run.environment, run.finished_at = spec.get("source"), spec.get("environment", {}), now()
+            run.source, run.environment = published.get("source"), published.get("environment", {})
+            run.finished_at = now()
             run.cells.clear()
             session.flush()  # old cells go before new ones with the same keys arrive
-            run.cells = [_cell_row(cell, key, result, shape=shape) for cell, key, result, shape in spec["cells"]]
+            run.cells = [_cell_row(cell, key, result, shape=shape) for cell, key, result, shape in published["cells"]]
             session.flush()
             ids.append(run.id)
     return ids

@@ -5,6 +5,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from ckptlib import MODES
+from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.units import GIB
 
 from .status import FROM_TEXT, TEXT, Status
@@ -15,10 +17,9 @@ NOT_RUN = "not run"
 # The docs' column names for the synthetic sweep, in the docs' order; family matrices use mode names.
 SYNTHETIC_COLUMNS = {"none": "No checkpoint", "torch-ffn": "Torch FFN", "unsloth-ffn": "Unsloth FFN",
                      "layer": "Torch layer", "unsloth": "Unsloth layer"}
-FAMILY_MODES = ["none", "activation-offload", "layer", "interval2", "seg2-stride4", "seg2-stride4-offload",
-                "unsloth", "torch-ffn", "unsloth-ffn"]
+FAMILY_MODES = list(MODES)  # the family tables' columns: the docs' modes in the docs' order
 MODE_BY_COLUMN = {**{label: mode for mode, label in SYNTHETIC_COLUMNS.items()}, **{m: m for m in FAMILY_MODES}}
-QUANTIZATION_ORDER = ["none", "int8-torchao", "fp8-torchao", "int8-sdnq", "int8-sdnq-hadamard"]
+QUANTIZATION_ORDER = list(QUANTIZATION_NAMES)  # the docs' row order
 _MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<gib>\d+(?:\.\d+)?) GiB(?P<noisy> ~)?$")
 
 

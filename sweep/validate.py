@@ -2,21 +2,20 @@
 cell runs: one line per problem, nothing written."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
+from dataclasses import fields
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
-from ckptlib.workload import TRAINING_MODES
 
 from . import environment, gpus, store
 from .builders import BuilderError, builder_presets, import_builder, signature_problems
-from .cell import DTYPES
 
-RERUN_CHOICES = ("none", "failed", "all")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
 VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep", "predict", "predict_device", "card_gib",
@@ -27,20 +26,41 @@ class SweepConfigError(ValueError):
     """The sweep cannot start; nothing was run or written."""
 
 
+def job_overrides(overrides: list) -> list[list[str]]:
+    """The cartesian product of parsed overrides, one override list per job: what Hydra's basic
+    sweeper runs (a later override of a key replaces an earlier one)."""
+    choices: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() \
+            else [override.get_value_element_as_str()]
+        choices[key] = [f"{key}={value}" for value in values]
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
 def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
     """The number of jobs a basic-sweeper multirun will run, and one composed config for every
     distinct combination of the validated keys (composing each of hundreds of jobs takes seconds)."""
     if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
         return None
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
     loader = GlobalHydra.instance().config_loader()
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(params + list(config.hydra.overrides.task))
-    total = sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
     relevant = [o for o in parsed if o.get_key_element().lstrip("+~").split(".")[0] in VALIDATED_KEYS]
-    combinations = [job for batch in BasicSweeper.split_arguments(relevant, None) for job in batch]
-    return total, [loader.load_sweep_config(config, list(job)) for job in combinations]
+    return len(job_overrides(parsed)), [loader.load_sweep_config(config, job) for job in job_overrides(relevant)]
+
+
+def override_problems(config: DictConfig) -> list[str]:
+    """Overrides Hydra lets through but no cell can use: `+mode.<key>` for a key ModeConfig lacks
+    (`+` may add keys to a typed config)."""
+    from .configs import ModeConfig
+
+    loader = GlobalHydra.instance().config_loader()
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(list(config.hydra.overrides.task))
+    known = [f.name for f in fields(ModeConfig)]
+    return [f"{o.get_key_element()}: not a mode setting; a mode has {', '.join(known)}" for o in parsed
+            if o.get_key_element().lstrip("+~").startswith("mode.")
+            and o.get_key_element().lstrip("+~").removeprefix("mode.") not in known]
 
 
 def job_value(job: DictConfig, key: str):
@@ -56,18 +76,15 @@ def job_value(job: DictConfig, key: str):
         hydra_config.cfg = previous
 
 
-def _whole(value, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
 def measure_problems(job: DictConfig) -> list[str]:
+    """Ranges (the typed config already holds whole numbers and numbers)."""
     measure, problems = job.measure, []
-    if not _whole(measure.steps, 1):
-        problems.append(f"measure.steps must be a whole number of steps, at least 1, got {measure.steps!r}")
-    if not _whole(measure.warmup_steps, 0):
-        problems.append(f"measure.warmup_steps must be a whole number, 0 or more, got {measure.warmup_steps!r}")
-    if not isinstance(measure.timeout_s, (int, float)) or isinstance(measure.timeout_s, bool) or measure.timeout_s <= 0:
-        problems.append(f"measure.timeout_s must be a positive number of seconds, got {measure.timeout_s!r}")
+    if measure.steps < 1:
+        problems.append(f"measure.steps must be at least 1 (a measured step), got {measure.steps}")
+    if measure.warmup_steps < 0:
+        problems.append(f"measure.warmup_steps must be 0 or more, got {measure.warmup_steps}")
+    if measure.timeout_s <= 0:
+        problems.append(f"measure.timeout_s must be a positive number of seconds, got {measure.timeout_s:g}")
     return problems
 
 
@@ -98,12 +115,8 @@ def prediction_problems(job: DictConfig) -> list[str]:
     problems = []
     if job.predict_device not in DEVICE_MODELS:
         problems.append(f"unknown predict_device {job.predict_device!r}; valid: {', '.join(DEVICE_MODELS)}")
-    if job.card_gib is not None:
-        try:
-            if float(job.card_gib) <= 0:
-                raise ValueError
-        except (TypeError, ValueError):
-            problems.append(f"card_gib must be a positive number of GiB, got {job.card_gib!r}")
+    if job.card_gib is not None and job.card_gib <= 0:
+        problems.append(f"card_gib must be a positive number of GiB, got {job.card_gib:g}")
     return problems
 
 
@@ -133,13 +146,9 @@ def device_problems(device: str, skip_predicted_oom: bool, card_gib) -> list[str
 
 
 def job_problems(job: DictConfig) -> list[str]:
+    """What the typed config cannot say by itself (Hydra already refused unknown keys, wrong types
+    and words outside the enums): ranges, builders, devices, launchers."""
     problems = []
-    if job.run.rerun not in RERUN_CHOICES:
-        problems.append(f"run.rerun must be one of {', '.join(RERUN_CHOICES)}, got {job.run.rerun!r}")
-    if job.training not in TRAINING_MODES:
-        problems.append(f"unknown training mode {job.training!r}; valid modes: {', '.join(TRAINING_MODES)}")
-    if job.dtype != "auto" and job.dtype not in DTYPES:
-        problems.append(f"unknown dtype {job.dtype!r}; valid: auto, {', '.join(DTYPES)}")
     if job.quantization.name not in QUANTIZATION_NAMES:
         problems.append(f"unknown quantization {job.quantization.name!r}; valid: {', '.join(QUANTIZATION_NAMES)}")
     problems += builder_problems(job) + measure_problems(job) + prediction_problems(job) + launcher_problems(job)
@@ -148,10 +157,10 @@ def job_problems(job: DictConfig) -> list[str]:
     return problems
 
 
-def validate(jobs: list[DictConfig]) -> None:
-    """SweepConfigError listing every problem of every distinct job; nothing is written (a database
-    is opened, and created where it does not exist, only when everything else is right)."""
-    problems = [p for job in jobs for p in job_problems(job)]
+def validate(jobs: list[DictConfig], problems: list[str] | None = None) -> None:
+    """SweepConfigError listing every problem of every distinct job (and any given); nothing is
+    written (a database is opened only when everything else is right)."""
+    problems = [*(problems or []), *(p for job in jobs for p in job_problems(job))]
     if not problems:
         for url in sorted({str(job.db.url) for job in jobs}):
             try:

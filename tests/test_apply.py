@@ -95,14 +95,19 @@ def test_attention_offload_counts_where_it_applies_and_where_it_cannot():
     assert handle.report.attention_regions_offloaded == 8 and handle.report.attention_offload_skipped == 0
 
 
-def test_small_tensors_parameters_and_buffers_stay_on_device():
+def test_small_tensors_parameters_and_buffers_stay_on_device(monkeypatch):
+    from ckptlib.memory import storage_id
+    from tests.support import recording_streams
+
     _, _, handle = run_step(CheckpointConfig("none", offload_attention=True))  # 1 MiB threshold
     offload = handle.report.offload
     assert offload["tensors_offloaded"] == 0 and offload["tensors_kept"] > 0
+    log = recording_streams.install(monkeypatch)
     _, _, handle = run_step(CheckpointConfig("none", offload_attention=True, min_offload_bytes=0))
-    weights = {p.data_ptr() for p in handle.model.parameters()}
-    assert handle.report.offload["tensors_kept"] > 0  # the attention's weights were saved and kept
-    assert weights
+    copied = {entry[2] for entry in log if entry[0] == "to_host"}
+    weights = {storage_id(t) for t in (*handle.model.parameters(), *handle.model.buffers())}
+    assert copied and handle.report.offload["tensors_kept"] > 0  # activations moved, the attention's weights kept
+    assert not copied & weights
 
 
 def test_report_describes_the_last_step_only():

@@ -6,14 +6,8 @@ import pytest
 import torch
 
 import ckptlib
-from ckptlib import CheckpointConfig, UnsupportedModeError
-from ckptlib.apply import find_submodules
-from ckptlib.families import (
-    FAMILIES,
-    build,
-    entries,  # noqa: F401 - fills the registry
-    get,
-)
+from ckptlib import CheckpointConfig, UnsupportedModeError, find_submodules
+from ckptlib.families import FAMILIES, build, describe_shape, get
 
 BUILDABLE = sorted(name for name, family in FAMILIES.items() if family.unsupported is None)
 MODES = {
@@ -166,7 +160,7 @@ def test_every_family_trains_in_bf16_with_bf16_blocks(name):
         seen = {}
         for path in work.spec.block_lists:
             for block in work.model.get_submodule(path):
-                def record(module, args, kwargs, forward=block.forward):
+                def record(module, args, kwargs, forward=block.forward, seen=seen):
                     for arg, tensor in floating_inputs(forward, args, kwargs):
                         seen.setdefault(arg, set()).add(tensor.dtype)
                 block.register_forward_pre_hook(record, with_kwargs=True)
@@ -193,7 +187,6 @@ def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
     """A shape whose height, width, frames and text all differ: the image-token count describe_shape
     records appears as a dimension of what the blocks are called with."""
     from ckptlib.families.geometry import constructor_config
-    from ckptlib.families.registry import describe_shape
 
     family = get(name)
     patch_t, patch = family.latents.patches(constructor_config(family.model_class(), family.config("tiny")))
@@ -218,7 +211,6 @@ def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
 
 
 def test_flux1_dev_sees_4096_image_tokens_at_1024_and_wan_14b_32760():
-    from ckptlib.families.registry import describe_shape
 
     assert describe_shape("flux1", "dev") == {"tokens": 4096, "text_tokens": 512, "height": 1024, "width": 1024,
                                               "frames": None, "batch": 1}

@@ -7,8 +7,8 @@ import pytest
 
 from sweep.advise import advise, parse_size
 from sweep.diff import diff_runs, markdown
-from sweep.published import BUNDLED, import_file
 from sweep.matrices import build_matrices
+from sweep.published import BUNDLED, import_file
 from sweep.query import load_cells, select_runs
 from sweep.report import splice_document, write_reports
 from sweep.store import open_store
@@ -220,7 +220,7 @@ def test_near_duplicate_cells_each_get_their_own_column(tmp_path):
     variants = {"plain": {}, "interval 3": {"interval": 3}, "interval 2, stride 4": {"interval": 2, "stride": 4},
                 "full": {"training": "full"}, "LoRA rank 8": {"lora_rank": 8}, "fp32": {"dtype": "fp32"},
                 "depth 4": {"shape": {"depth": 4}}}
-    for i, (name, settings) in enumerate(variants.items()):
+    for i, settings in enumerate(variants.values()):
         cell = Cell(**{**base, **settings})
         store.record_cell(engine, run_id, cell.as_dict(), cell.key, CellResult("ok", sec_per_step=1.0 + i / 100,
                                                                                 peak_bytes=(i + 1) * 2 ** 30),

@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from sweep.store import StoreError, filesystem_of, open_store
 from tests.postgres_helpers import create_database, drop_database, postgres_reason, rows
 from tests.sweep_helpers import SUPPORT, query, run_sweep
 
-SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer,unsloth,torch-ffn", "+shape.tokens=16,24"]
+SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer", "+shape.tokens=16,24"]
 IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells order by cell_key"
 
 
@@ -42,7 +41,7 @@ def _cell_phase_s(url: str) -> float:
 
 @pytest.fixture(scope="module")
 def pod_run(tmp_path_factory):
-    """The same 8 sleep-bound cells sequentially (local launcher, SQLite) and on the pod launcher with
+    """The same 4 sleep-bound cells sequentially (local launcher, SQLite) and on the pod launcher with
     2 workers (into PostgreSQL where a server is available, else SQLite)."""
     folder = tmp_path_factory.mktemp("pod")
     urls = {"local": f"sqlite:///{folder / 'local.db'}", "pod": f"sqlite:///{folder / 'pod.db'}"}
@@ -68,7 +67,7 @@ def pod_run(tmp_path_factory):
 def test_pod_launcher_runs_each_cell_once_in_parallel_on_distinct_workers(pod_run):
     urls, _, _ = pod_run
     for launcher, workers in (("local", 1), ("pod", 2)):
-        assert rows(urls[launcher], "select count(*), count(distinct cell_key) from cells") == [(8, 8)]
+        assert rows(urls[launcher], "select count(*), count(distinct cell_key) from cells") == [(4, 4)]
         assert rows(urls[launcher], "select count(*) from cells where status != 'ok'") == [(0,)]
         pids = {json.loads(w)["pid"] if isinstance(w, str) else w["pid"] for (w,) in rows(urls[launcher], "select worker from cells")}
         assert len(pids) == workers
@@ -134,7 +133,7 @@ def _open(url: str) -> None:
     open_store(url).dispose()
 
 
-def _open_at_once(url: str, processes: int = 4) -> None:
+def open_at_once(url: str, processes: int = 4) -> None:
     context = mp.get_context("spawn")
     workers = [context.Process(target=_open, args=(url,)) for _ in range(processes)]
     for worker in workers:
@@ -145,7 +144,7 @@ def _open_at_once(url: str, processes: int = 4) -> None:
 
 
 def test_postgres_schema_creation_survives_parallel_starts(postgres_url):
-    _open_at_once(postgres_url)
+    open_at_once(postgres_url)
     assert rows(postgres_url, "select count(*) from runs") == [(0,)]
 
 

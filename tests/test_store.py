@@ -110,7 +110,7 @@ def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):
 def test_an_early_first_round_database_upgrades_once_when_many_processes_start_at_once(tmp_path):
     """The earliest first-round files had no worker or weight columns either; four processes open it at
     once: one upgrades it, the others wait and find it upgraded."""
-    from tests.test_scale import _open_at_once
+    from tests.test_scale import open_at_once
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     first_round_database(url, "sqlite")
@@ -119,7 +119,7 @@ def test_an_early_first_round_database_upgrades_once_when_many_processes_start_a
         connection.execute(text("ALTER TABLE cells DROP COLUMN worker"))
         connection.execute(text("ALTER TABLE cells DROP COLUMN weight_bytes"))
     engine.dispose()
-    _open_at_once(url)
+    open_at_once(url)
     check_upgraded(url)
     with sqlite3.connect(tmp_path / "old.db") as connection:
         assert connection.execute("select count(*) from schema_version").fetchone() == (1,)  # upgraded once

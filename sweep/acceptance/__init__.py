@@ -42,7 +42,7 @@ def _run_one(name: str, device: str, out: Path) -> Outcome:
 
 
 def summary(outcomes: list[Outcome], device: str) -> str:
-    lines = [f"# Acceptance run on {device}", "", f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+    lines = [f"# Acceptance run on {device}", "", f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
              "every figure below was measured by this run (results.db holds the cells).", "",
              "| check | status | seconds | first line |", "|---|---|---|---|"]
     lines += [f"| {o.name} | {o.status} | {o.seconds:.1f} | {(o.details or [''])[0]} |" for o in outcomes]

@@ -13,23 +13,23 @@ from ..status import Status
 from .devices import CpuDevice
 
 
-def run_scenario(cell: dict, scenario: Callable, device=None) -> CellResult:
-    """`scenario(spec, config, build)` with every outcome a status: invalid configs, unsupported
+def run_scenario(fields: dict, scenario: Callable, device=None) -> CellResult:
+    """`scenario(cell, config, build)` with every outcome a status: invalid configs, unsupported
     modes, out-of-memory (device or host) and failures."""
-    spec = Cell(**cell)
+    cell = Cell(**fields)
     try:
-        config = spec.checkpoint_config()
+        config = cell.checkpoint_config()
     except ValueError as error:
         return CellResult(Status.INVALID, str(error))
     try:
-        return scenario(spec, config, import_builder(spec.builder))
+        return scenario(cell, config, import_builder(cell.builder))
     except UnsupportedModeError as error:
         return CellResult(Status.UNSUPPORTED, str(error))
     except Exception as error:  # noqa: BLE001 - every failure becomes a status
         return classify(error, device or CpuDevice())
 
 
-def build_kwargs(spec: Cell) -> dict:
+def build_kwargs(cell: Cell) -> dict:
     """The keyword arguments every builder takes (see README: your own model)."""
-    return dict(preset=spec.preset, training=spec.training, lora_rank=spec.lora_rank, seed=spec.seed,
-                quantization=spec.quantization, dtype=spec.torch_dtype(), **spec.shape)
+    return dict(preset=cell.preset, training=cell.training, lora_rank=cell.lora_rank, seed=cell.seed,
+                quantization=cell.quantization, dtype=cell.torch_dtype(), **cell.shape)

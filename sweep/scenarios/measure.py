@@ -44,12 +44,12 @@ def timed_steps(step: Callable, device, warmup_steps: int, steps: int,
     return samples, losses, first_step_peak
 
 
-def _predicted_over_card(spec, config, build, settings: MeasureSettings) -> CellResult | None:
+def _predicted_over_card(cell, config, build, settings: MeasureSettings) -> CellResult | None:
     from ckptlib import UnsupportedModeError
 
     tic = time.perf_counter()
     try:
-        prediction = predict(spec, config, build, "cuda" if settings.device.startswith("cuda") else "cpu")
+        prediction = predict(cell, config, build, "cuda" if settings.device.startswith("cuda") else "cpu")
     except UnsupportedModeError:  # not predictable (a quantized base): measure it
         return None
     if prediction.fits(settings.skip_over_bytes):
@@ -58,20 +58,20 @@ def _predicted_over_card(spec, config, build, settings: MeasureSettings) -> Cell
                       breakdown=prediction.breakdown, timings={"predict_s": time.perf_counter() - tic})
 
 
-def measure_cell(cell: dict, settings: MeasureSettings) -> CellResult:
+def measure_cell(fields: dict, settings: MeasureSettings) -> CellResult:
     """Runs inside the cell's child process."""
     import ckptlib
     from ckptlib.quantize import base_weight_bytes
 
     device = device_for(settings.device)
 
-    def scenario(spec, config, build):
+    def scenario(cell, config, build):
         if settings.skip_over_bytes is not None:
-            skipped = _predicted_over_card(spec, config, build, settings)
+            skipped = _predicted_over_card(cell, config, build, settings)
             if skipped is not None:
                 return skipped
         tic = time.perf_counter()
-        work = build(device=settings.device, **build_kwargs(spec))
+        work = build(device=settings.device, **build_kwargs(cell))
         handle = ckptlib.apply(work.model, config, work.spec)
         timings = {"build_s": time.perf_counter() - tic}
         samples, losses, first_step_peak = timed_steps(work.step, device, settings.warmup_steps, settings.steps)
@@ -85,4 +85,4 @@ def measure_cell(cell: dict, settings: MeasureSettings) -> CellResult:
             weight_bytes=base_weight_bytes(work.model), report=report.as_dict(), plan=report.plans,
             device_name=device.name(), timings=timings)
 
-    return run_scenario(cell, scenario, device)
+    return run_scenario(fields, scenario, device)

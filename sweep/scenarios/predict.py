@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptlib.units import GIB
+
 from ..results import CellResult
 from ..status import Status
-from ckptlib.units import GIB
 from .common import build_kwargs, run_scenario
 
 
@@ -15,10 +16,10 @@ class PredictSettings:
     card_bytes: int | None = None  # a predicted peak over this card is recorded as oom
 
 
-def predict(spec, config, build, device_model: str):
+def predict(cell, config, build, device_model: str):
     from ckptlib.predict import predict as predict_peak
 
-    return predict_peak(build, config, device_model, **build_kwargs(spec))
+    return predict_peak(build, config, device_model, **build_kwargs(cell))
 
 
 def over_card(prediction, card_bytes: int) -> str:
@@ -26,10 +27,10 @@ def over_card(prediction, card_bytes: int) -> str:
             f"exceeds the {card_bytes / GIB:.2f} GiB card")
 
 
-def predict_cell(cell: dict, settings: PredictSettings) -> CellResult:
+def predict_cell(fields: dict, settings: PredictSettings) -> CellResult:
     """The cell's predicted peak on the device model; `oom` when it exceeds the card."""
-    def scenario(spec, config, build):
-        predicted = predict(spec, config, build, settings.device_model)
+    def scenario(cell, config, build):
+        predicted = predict(cell, config, build, settings.device_model)
         fits = settings.card_bytes is None or predicted.fits(settings.card_bytes)
         return CellResult(
             Status.OK if fits else Status.OOM, reason=None if fits else over_card(predicted, settings.card_bytes),
@@ -38,4 +39,4 @@ def predict_cell(cell: dict, settings: PredictSettings) -> CellResult:
             plan=predicted.report.get("plans"), device_name=f"predicted: {settings.device_model}",
             timings={"predict_s": predicted.seconds})
 
-    return run_scenario(cell, scenario)
+    return run_scenario(fields, scenario)

@@ -1,0 +1,151 @@
+"""The sweep's configuration, typed: dataclasses in Hydra's ConfigStore, so Hydra itself rejects an
+unknown key or a value of the wrong type. Mode presets come from ckptlib.MODES, families from the
+ckptlib registry, quantizations from ckptlib.quantize: each fact is defined there once.
+
+Sweep files (sweep/conf/sweep/*.yaml) select families and modes by rule through resolvers:
+`${families:all}` (every registered family), `${families:buildable}`, `${modes:docs}` (the family
+tables' nine), `${modes:synthetic}` (the synthetic sweep's five).
+"""
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from ckptlib import MODES, CheckpointConfig
+from ckptlib.config import DEFAULT_PIN_MEMORY_MAX_BUCKETS
+from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
+from ckptlib.workload import TRAINING_MODES
+
+from . import gpus
+from .cell import DTYPES
+from .tables import SYNTHETIC_COLUMNS
+
+# OmegaConf checks an enum field's value by member name: these are the allowed words.
+Training = Enum("Training", {mode: mode for mode in TRAINING_MODES})
+Rerun = Enum("Rerun", {"none": "none", "failed": "failed", "all": "all"})
+Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPES)})
+
+
+@dataclass
+class ModeConfig:
+    """A checkpointing mode: a CheckpointConfig's schedule under the docs' column name."""
+
+    name: str = MISSING
+    backend: str = "none"
+    interval: Optional[int] = None
+    stride: Optional[int] = None
+    offload_attention: bool = False
+
+
+@dataclass
+class FamilyConfig:
+    """A family: its builder's import path (a ckptlib family, or your own) and its default preset."""
+
+    name: str = MISSING
+    _target_: str = MISSING
+    default_preset: Optional[str] = None  # None: the builder's first preset
+
+
+@dataclass
+class QuantizationConfig:
+    name: str = "none"  # ckptlib.quantize: none, int8-torchao, fp8-torchao, int8-sdnq, int8-sdnq-hadamard
+
+
+@dataclass
+class MeasureConfig:
+    warmup_steps: int = 5  # recorded, excluded from sec/step
+    steps: int = 20
+    timeout_s: float = 900  # per cell, wall clock
+
+
+@dataclass
+class DbConfig:
+    url: str = "sqlite:///results.db"  # or postgresql+psycopg://user:password@host/database
+
+
+@dataclass
+class RunConfig:
+    name: str = "${hydra:runtime.choices.sweep}"  # cells of one run name and hardware resume together
+    rerun: Rerun = Rerun.none  # none | failed (failed, timeout, crashed) | all; earlier attempts are kept
+
+
+@dataclass
+class SweepConfig:
+    """One composed config is one cell."""
+
+    family: FamilyConfig = MISSING
+    mode: ModeConfig = MISSING
+    quantization: QuantizationConfig = MISSING
+    preset: str = "${default_preset:${family._target_},${family.default_preset}}"
+    shape: Dict[str, Any] = field(default_factory=dict)  # overrides of the preset's shape: +shape.tokens=2048
+    training: Training = Training.lora  # lora | frozen | full
+    lora_rank: int = 16
+    dtype: Dtype = Dtype.auto  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp16 | fp32
+    pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    seed: int = 0
+    workers: int = 2  # launcher=pod without GPUs: cells run in parallel (with GPUs: one per cell)
+    predict: bool = False  # predict each cell's peak instead of running it (provenance `predicted`)
+    predict_device: str = "cuda"  # the device model predictions assume: cuda | cpu (ckptlib/predict.py)
+    card_gib: Optional[float] = None  # a card size: predicted peaks over it are recorded as oom
+    skip_predicted_oom: bool = False  # measuring: skip (predicted-oom) cells predicted not to fit the card
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    db: DbConfig = field(default_factory=DbConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    slurm: Any = None  # launcher=slurm's settings, with their defaults: sweep/conf/launcher/slurm.yaml
+    ray_address: Optional[str] = None  # launcher=ray-cluster: "auto" or ray://head:10001
+
+
+def mode_config(name: str, config: CheckpointConfig) -> ModeConfig:
+    return ModeConfig(name=name, **{f.name: getattr(config, f.name) for f in fields(ModeConfig) if f.name != "name"})
+
+
+def default_preset(target: str, declared: Optional[str]) -> str:
+    """A family's declared default preset, else its builder's first one."""
+    if declared is not None:
+        return declared
+    from .builders import BuilderError, builder_presets, import_builder
+
+    try:
+        presets = builder_presets(import_builder(target))
+    except BuilderError:
+        return "default"  # validation names the builder's problem
+    return presets[0] if presets else "default"
+
+
+def _families(which: str) -> str:
+    from ckptlib.families import all_families
+
+    families = all_families()
+    chosen = {"all": list(families), "buildable": [n for n, f in families.items() if f.unsupported is None]}
+    return ",".join(chosen[which])
+
+
+def _modes(which: str) -> str:
+    return ",".join({"docs": list(MODES), "synthetic": list(SYNTHETIC_COLUMNS)}[which])
+
+
+def register() -> None:
+    """Schema, mode presets, quantizations, every family, and the resolvers the configs use."""
+    from ckptlib.families import all_families
+
+    store = ConfigStore.instance()
+    store.store(name="schema", node=SweepConfig)
+    for name, config in MODES.items():
+        store.store(group="mode", name=name, node=mode_config(name, config))
+    for name in QUANTIZATION_NAMES:
+        store.store(group="quantization", name=name, node=QuantizationConfig(name))
+    store.store(group="family", name="synthetic", node=FamilyConfig("synthetic", "ckptlib.synthetic.build", "cpu-256"))
+    for name, family in all_families().items():
+        store.store(group="family", name=name, node=FamilyConfig(
+            name, f"ckptlib.families.builders.{name}", "tiny" if family.unsupported else family.default_preset))
+    resolvers = {
+        "families": _families, "modes": _modes, "default_preset": default_preset,
+        # what the launcher presets ask of this machine: one GPU per cell, else `workers` CPU cells
+        "gpus_per_cell": lambda: 1 if gpus.count() else 0,
+        "ray_cpus": lambda workers: None if gpus.count() else int(workers),
+    }
+    for name, resolver in resolvers.items():
+        OmegaConf.register_new_resolver(name, resolver, replace=True)
