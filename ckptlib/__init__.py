@@ -1,10 +1,11 @@
 """Activation checkpointing strategies for diffusion-transformer training.
 
-    handle = ckptlib.apply(model, ckptlib.CheckpointConfig(backend="unsloth", interval=2), spec)
-    ...train...
-    print(handle.report)
-    handle.remove()
+handle = ckptlib.apply(model, ckptlib.CheckpointConfig(backend="unsloth", interval=2), spec)
+...train...
+print(handle.report)
+handle.remove()
 """
+
 from .apply import CheckpointHandle, Report, apply, find_submodules
 from .config import BACKENDS, Backend, CheckpointConfig
 from .memory import LiveTensorTracker
@@ -15,7 +16,23 @@ from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 from .workload import TRAINING_MODES, Workload
 
 __all__ = [
-    "BACKENDS", "FIRST_ARG", "MODES", "Backend", "BlockSpec", "CallConvention", "CheckpointConfig", "CheckpointHandle",
-    "HostPool", "LiveTensorTracker", "Plan", "PoolStats", "Report", "TRAINING_MODES",
-    "UnsupportedModeError", "Workload", "apply", "find_submodules", "plan",
+    "BACKENDS",
+    "FIRST_ARG",
+    "MODES",
+    "Backend",
+    "BlockSpec",
+    "CallConvention",
+    "CheckpointConfig",
+    "CheckpointHandle",
+    "HostPool",
+    "LiveTensorTracker",
+    "Plan",
+    "PoolStats",
+    "Report",
+    "TRAINING_MODES",
+    "UnsupportedModeError",
+    "Workload",
+    "apply",
+    "find_submodules",
+    "plan",
 ]

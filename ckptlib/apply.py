@@ -5,6 +5,7 @@ region inside `torch.utils.checkpoint` and returns the last block's output; the 
 the region pass their input through. The model's forward loop stays unchanged, so any
 `x = block(x, ...)` loop (or another convention declared in the BlockSpec) runs the plan.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -134,7 +135,9 @@ class CheckpointHandle:
         with self._offloader.only(carried) if offload else nothing, self._offloader.hooks() if offload else nothing:
             return checkpoint(run, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True)
 
-    def region_forward(self, blocks: list[nn.Module], originals: list[Callable], convention: CallConvention) -> Callable:
+    def region_forward(
+        self, blocks: list[nn.Module], originals: list[Callable], convention: CallConvention
+    ) -> Callable:
         def run_blocks(*args, **kwargs):
             recomputing = _recomputing()
             for i, forward in enumerate(originals):
@@ -261,8 +264,14 @@ def find_submodules(block: nn.Module, names: Sequence[str]) -> list[nn.Module]:
     return found
 
 
-def _apply_plan(handle: CheckpointHandle, config: CheckpointConfig, spec: BlockSpec, path: str,
-                blocks: nn.ModuleList, block_plan: Plan) -> None:
+def _apply_plan(
+    handle: CheckpointHandle,
+    config: CheckpointConfig,
+    spec: BlockSpec,
+    path: str,
+    blocks: nn.ModuleList,
+    block_plan: Plan,
+) -> None:
     whole_block = config.checkpoints and not config.ffn_only
     if whole_block:
         convention = spec.convention(path) or FIRST_ARG  # None only reaches here for single-block regions

@@ -1,4 +1,5 @@
 """What a user asks for: the checkpointing configuration, validated on construction."""
+
 from __future__ import annotations
 
 import warnings
@@ -19,13 +20,16 @@ class Backend:
     offload_inputs: bool = False
 
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("none", recompute=None),
-    Backend("torch", recompute="block"),
-    Backend("torch-ffn", recompute="ffn"),
-    Backend("unsloth", recompute="block", offload_inputs=True),
-    Backend("unsloth-ffn", recompute="ffn", offload_inputs=True),
-)}
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("none", recompute=None),
+        Backend("torch", recompute="block"),
+        Backend("torch-ffn", recompute="ffn"),
+        Backend("unsloth", recompute="block", offload_inputs=True),
+        Backend("unsloth-ffn", recompute="ffn", offload_inputs=True),
+    )
+}
 DEFAULT_PIN_MEMORY_MAX_BUCKETS = 12
 # Saved tensors smaller than this cost more to move than they save (Unsloth uses 2 MB, TE about 1 MB).
 DEFAULT_MIN_OFFLOAD_BYTES = 1 << 20
@@ -57,9 +61,7 @@ class CheckpointConfig:
             raise ValueError(f"checkpointing interval must be a positive number of blocks, got {self.interval}")
         if self.stride is not None:
             if self.interval is None:
-                warnings.warn(
-                    f"segment stride {self.stride} is ignored without a checkpointing interval", stacklevel=3
-                )
+                warnings.warn(f"segment stride {self.stride} is ignored without a checkpointing interval", stacklevel=3)
                 object.__setattr__(self, "stride", None)
             elif self.stride < self.interval:
                 raise ValueError(

@@ -6,6 +6,7 @@ bytes when the storage dies (what torch.distributed._tools.mem_tracker does, wit
 one-iteration-per-module restriction). Each storage carries a category, and the split by
 category is kept at the peak.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -142,8 +143,12 @@ def step_peak(work, device: str | torch.device = "cpu", round_to: int = 1) -> Li
 
 
 def _workload_tensors(work) -> dict[str, list[torch.Tensor]]:
-    optimizer_state = [t for s in (work.optimizer.state.values() if work.optimizer else ()) for t in s.values()
-                       if isinstance(t, torch.Tensor)]
+    optimizer_state = [
+        t
+        for s in (work.optimizer.state.values() if work.optimizer else ())
+        for t in s.values()
+        if isinstance(t, torch.Tensor)
+    ]
     params = list(work.model.parameters())
     inputs = [*work.model.buffers(), *tree_leaves((work.args, work.kwargs, work.target))]
     return {

@@ -1,5 +1,6 @@
 """The docs' checkpointing modes by their column names, in the docs' order (the family tables'):
 each a CheckpointConfig. Harnesses and configs take their mode presets from here."""
+
 from __future__ import annotations
 
 from .config import CheckpointConfig

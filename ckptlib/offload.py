@@ -7,6 +7,7 @@ the caching allocator cannot hand its memory to a kernel that runs before the co
 orderings are stated in NOTE [ Offload ordering ] (ckptlib/streams.py); every stream operation
 goes through that module's interface.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -71,8 +72,11 @@ class Offloader:
         """Offload just `tensors` inside this block (None: any saved tensor). Leaf tensors (the
         caller's inputs) are left out: the caller keeps them alive, so a host copy saves nothing."""
         previous = self._only
-        self._only = None if tensors is None else {
-            _identity(t) for t in tensors if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+        self._only = (
+            None
+            if tensors is None
+            else {_identity(t) for t in tensors if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+        )
         try:
             yield
         finally:
@@ -87,8 +91,12 @@ class Offloader:
 
     def pack(self, tensor: torch.Tensor):
         nbytes = tensor.numel() * tensor.element_size()
-        if (nbytes < self.min_bytes or isinstance(tensor, torch.nn.Parameter) or storage_id(tensor) in self.keep
-                or (self._only is not None and _identity(tensor) not in self._only)):
+        if (
+            nbytes < self.min_bytes
+            or isinstance(tensor, torch.nn.Parameter)
+            or storage_id(tensor) in self.keep
+            or (self._only is not None and _identity(tensor) not in self._only)
+        ):
             self.counters.tensors_kept += 1
             return tensor
         key = (*_identity(tensor), tensor._version)
@@ -109,8 +117,10 @@ class Offloader:
         if isinstance(parked, torch.Tensor):
             return parked
         if parked.users <= 0:
-            raise RuntimeError("an offloaded activation was reloaded twice; backward through the graph twice "
-                               "(retain_graph) is not supported with activation offload")
+            raise RuntimeError(
+                "an offloaded activation was reloaded twice; backward through the graph twice "
+                "(retain_graph) is not supported with activation offload"
+            )
         if parked.reloaded is None:
             self._retire_pending()
             parked.reloaded = self._copy_in(parked)

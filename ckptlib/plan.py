@@ -1,4 +1,5 @@
 """The resolved schedule: which blocks run as one checkpointed region, which run plain."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

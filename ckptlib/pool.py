@@ -5,6 +5,7 @@ Pinned allocation costs milliseconds per tensor, so buffers are kept and reused.
 bucket, or, when every bucket is busy, is served by a one-off pageable buffer. When pinning fails
 (no accelerator, or a host cap on pinned memory) the pool carries on with pageable buffers.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict

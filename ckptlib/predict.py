@@ -9,6 +9,7 @@ A device model states what the fake CPU run cannot know about the target device:
 allocator's rounding, allocator-owned constants (cuBLAS workspace), memory outside the allocator
 (CUDA context), which attention kernel runs, and which optimizer implementation.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,21 +49,26 @@ class DeviceModel:
         if self.workspace_bytes:
             lines.append(f"{self.workspace_bytes / MIB:.0f} MiB cuBLAS workspace in the peak")
         if self.context_bytes:
-            lines.append(f"{self.context_bytes / MIB:.0f} MiB CUDA context outside the allocator, "
-                         "counted against the card only")
-        lines.append("attention: fused flash/efficient kernel (output + fp32 logsumexp saved, no score matrix)"
-                     if self.flash_attention else "attention: the CPU kernels torch picks for the same call")
+            lines.append(
+                f"{self.context_bytes / MIB:.0f} MiB CUDA context outside the allocator, counted against the card only"
+            )
+        lines.append(
+            "attention: fused flash/efficient kernel (output + fp32 logsumexp saved, no score matrix)"
+            if self.flash_attention
+            else "attention: the CPU kernels torch picks for the same call"
+        )
         lines.append("AdamW foreach (multi-tensor) step" if self.foreach_optimizer else "AdamW per-tensor step")
-        lines.append("peak of a steady-state step (after one warm step); fragmentation and the allocator's "
-                     "reserved-but-free memory are not modelled")
+        lines.append(
+            "peak of a steady-state step (after one warm step); fragmentation and the allocator's "
+            "reserved-but-free memory are not modelled"
+        )
         return lines
 
 
 DEVICE_MODELS = {
     # torch's CUDA defaults on Hopper: 512 B blocks, a 32 MiB cuBLAS workspace (4096 KiB x 8),
     # about 0.5 GiB of context and kernel images per process.
-    "cuda": DeviceModel("cuda", torch.bfloat16, 512, 32 * MIB, 512 * MIB, flash_attention=True,
-                        foreach_optimizer=True),
+    "cuda": DeviceModel("cuda", torch.bfloat16, 512, 32 * MIB, 512 * MIB, flash_attention=True, foreach_optimizer=True),
     # What the harness measures on CPU: fp32, exact storage bytes, the CPU kernels.
     "cpu": DeviceModel("cpu", torch.float32, 1, 0, 0, flash_attention=False, foreach_optimizer=False),
 }
@@ -94,8 +100,9 @@ def device_model(device: str | DeviceModel) -> DeviceModel:
     return DEVICE_MODELS[device]
 
 
-def predict(build: Callable[..., Workload], config: CheckpointConfig, device: str | DeviceModel = "cuda",
-            **build_kwargs) -> Prediction:
+def predict(
+    build: Callable[..., Workload], config: CheckpointConfig, device: str | DeviceModel = "cuda", **build_kwargs
+) -> Prediction:
     """Predicted peak of one training step of `build(**build_kwargs)` under `config` on `device`.
 
     `build` is a family's build function (preset, training, device, dtype, ... -> Workload).
@@ -105,16 +112,21 @@ def predict(build: Callable[..., Workload], config: CheckpointConfig, device: st
     if quantization != "none":
         # torchao's and SDNQ's quantizers compute scales from real weights (SDNQ through torch.compile),
         # which neither meta nor fake tensors carry.
-        raise UnsupportedModeError(f"predict: {quantization} base weights cannot be quantized under FakeTensorMode; "
-                                   "predictions cover quantization none only")
+        raise UnsupportedModeError(
+            f"predict: {quantization} base weights cannot be quantized under FakeTensorMode; "
+            "predictions cover quantization none only"
+        )
     started = time.perf_counter()
     dtype = build_kwargs.pop("dtype", None) or model.dtype
     work = build(device="meta", dtype=dtype, **build_kwargs)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     work = _fake_workload(work, mode, model)
     # Patched, not a TorchFunctionMode: checkpoint's recompute runs outside torch function modes.
-    attention = (mock.patch.object(F, "scaled_dot_product_attention", _fused_attention) if model.flash_attention
-                 else contextlib.nullcontext())
+    attention = (
+        mock.patch.object(F, "scaled_dot_product_attention", _fused_attention)
+        if model.flash_attention
+        else contextlib.nullcontext()
+    )
     with mode, attention:
         handle = apply(work.model, config, work.spec)
         work.step()  # optimizer state and the lazily drawn target exist in every measured step
@@ -124,9 +136,13 @@ def predict(build: Callable[..., Workload], config: CheckpointConfig, device: st
         breakdown["workspace"] = model.workspace_bytes
     report = handle.report
     return Prediction(
-        peak_bytes=tracker.peak_bytes + model.workspace_bytes, breakdown=breakdown,
-        host_offload_bytes=report.pool.get("peak_held_bytes", 0), device=model.name,
-        assumptions=model.assumptions(), seconds=time.perf_counter() - started, context_bytes=model.context_bytes,
+        peak_bytes=tracker.peak_bytes + model.workspace_bytes,
+        breakdown=breakdown,
+        host_offload_bytes=report.pool.get("peak_held_bytes", 0),
+        device=model.name,
+        assumptions=model.assumptions(),
+        seconds=time.perf_counter() - started,
+        context_bytes=model.context_bytes,
         report=report.as_dict(),
     )
 

@@ -3,6 +3,7 @@ or SDNQ, before LoRA adapters are attached (PEFT wraps the quantized layers).
 
 Each scheme declares what it needs; `check_supported` names what is missing (no silent bf16 run).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,6 +33,7 @@ def _torchao(config_name: str) -> Callable[[nn.Module], None]:
         from torchao import quantization
 
         quantization.quantize_(model, getattr(quantization, config_name)())
+
     return quantize
 
 
@@ -42,18 +44,27 @@ def _sdnq(use_hadamard: bool) -> Callable[[nn.Module], None]:
         from sdnq.training import sdnq_training_post_load_quant
 
         sdnq_training_post_load_quant(model, weights_dtype="int8", use_hadamard=use_hadamard, add_skip_keys=False)
+
     return quantize
 
 
-QUANTIZATIONS: dict[str, Quantization] = {q.name: q for q in (
-    Quantization("int8-torchao", "torchao", _torchao("Int8WeightOnlyConfig")),
-    Quantization("fp8-torchao", "torchao", _torchao("Float8WeightOnlyConfig"), needs_cuda=True, min_capability=(8, 9)),
-    # On CPU, SDNQ's torch.compile'd kernels run eagerly: compiling them takes minutes on 2 cores,
-    # and the CPU memory tracker (a dispatch mode) cannot run compiled code.
-    Quantization("int8-sdnq", "sdnq", _sdnq(use_hadamard=False), cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
-    Quantization("int8-sdnq-hadamard", "sdnq", _sdnq(use_hadamard=True),
-                 cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)),
-)}
+QUANTIZATIONS: dict[str, Quantization] = {
+    q.name: q
+    for q in (
+        Quantization("int8-torchao", "torchao", _torchao("Int8WeightOnlyConfig")),
+        Quantization(
+            "fp8-torchao", "torchao", _torchao("Float8WeightOnlyConfig"), needs_cuda=True, min_capability=(8, 9)
+        ),
+        # On CPU, SDNQ's torch.compile'd kernels run eagerly: compiling them takes minutes on 2 cores,
+        # and the CPU memory tracker (a dispatch mode) cannot run compiled code.
+        Quantization(
+            "int8-sdnq", "sdnq", _sdnq(use_hadamard=False), cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)
+        ),
+        Quantization(
+            "int8-sdnq-hadamard", "sdnq", _sdnq(use_hadamard=True), cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)
+        ),
+    )
+}
 NAMES = ("none", *QUANTIZATIONS)
 
 
@@ -66,7 +77,11 @@ def check_supported(name: str, device: str | torch.device) -> None:
     scheme, device = QUANTIZATIONS[name], torch.device(device)
     if scheme.needs_cuda and device.type not in ("cuda", "meta"):
         raise UnsupportedModeError(f"{name} needs a CUDA GPU; this cell runs on {device.type}")
-    if scheme.min_capability and device.type == "cuda" and torch.cuda.get_device_capability(device) < scheme.min_capability:
+    if (
+        scheme.min_capability
+        and device.type == "cuda"
+        and torch.cuda.get_device_capability(device) < scheme.min_capability
+    ):
         have = ".".join(map(str, torch.cuda.get_device_capability(device)))
         need = ".".join(map(str, scheme.min_capability))
         raise UnsupportedModeError(f"{name} needs compute capability {need} or newer; this GPU has {have}")
@@ -76,8 +91,9 @@ def check_supported(name: str, device: str | torch.device) -> None:
     try:
         importlib.import_module(scheme.package)
     except ImportError as error:
-        raise UnsupportedModeError(f"{name} needs the {scheme.package} package (pip install 'ckpt-sweep[quant]'): "
-                                   f"{error}") from None
+        raise UnsupportedModeError(
+            f"{name} needs the {scheme.package} package (pip install 'ckpt-sweep[quant]'): {error}"
+        ) from None
 
 
 def quantize_base(model: nn.Module, name: str, device: str | torch.device) -> None:

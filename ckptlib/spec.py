@@ -1,5 +1,6 @@
 """What a model exposes to checkpointing: its block lists, the attention and feed-forward
 submodules of a block, and how each list hands its running state from one block to the next."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ class CallConvention:
     def state(cls, *names: str) -> CallConvention:
         """Blocks return the named arguments, in this order, as their new values (Flux:
         `encoder_hidden_states, hidden_states = block(hidden_states=..., encoder_hidden_states=...)`)."""
+
         def next_inputs(out, args, kwargs):
             values = out if len(names) > 1 else (out,)
             return (), {**kwargs, **dict(zip(names, values, strict=True))}
@@ -45,6 +47,7 @@ class CallConvention:
     def leading(cls, count: int) -> CallConvention:
         """Blocks return new values for their first `count` positional arguments, in order
         (HunyuanVideo: `hidden, encoder = block(hidden, encoder, temb, ...)`)."""
+
         def next_inputs(out, args, kwargs):
             values = out if count > 1 else (out,)
             return (*values, *args[count:]), kwargs

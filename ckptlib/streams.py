@@ -14,6 +14,7 @@ NOTE [ Offload ordering ]: three orderings make an asynchronous offload correct.
 A reload is used only after it arrived: it runs on the compute stream, or on a side stream the
 compute stream waits on before the reloaded tensor is returned.
 """
+
 from __future__ import annotations
 
 import contextlib

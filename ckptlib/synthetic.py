@@ -1,4 +1,5 @@
 """The docs' synthetic transformer: pre-norm attention (qkv, SDPA, out) plus a GELU feed-forward."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -105,9 +106,16 @@ def describe_shape(preset: str | SyntheticShape, **overrides) -> dict:
     return {"tokens": shape.tokens, "batch": shape.batch}
 
 
-def build(preset: str | SyntheticShape = "tiny", training: str = "lora", device: str = "cpu",
-          lora_rank: int = 16, seed: int = 0, dtype: torch.dtype | None = None, quantization: str = "none",
-          **shape_overrides) -> Workload:
+def build(
+    preset: str | SyntheticShape = "tiny",
+    training: str = "lora",
+    device: str = "cpu",
+    lora_rank: int = 16,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+    quantization: str = "none",
+    **shape_overrides,
+) -> Workload:
     """The synthetic family's training step: frozen base + LoRA on qkv/out (`lora`), input-only
     gradients (`frozen`) or every weight with AdamW (`full`); the base optionally quantized."""
     shape = resolve_shape(preset, **shape_overrides)
@@ -116,7 +124,15 @@ def build(preset: str | SyntheticShape = "tiny", training: str = "lora", device:
     model = SyntheticTransformer(shape, device=device, dtype=dtype)
     model = make_trainable(model, training, LORA_TARGETS, lora_rank, quantization)
     model.train()
-    x = torch.randn(shape.batch, shape.tokens, shape.width, device=device, dtype=dtype, requires_grad=training == "frozen")
+    x = torch.randn(
+        shape.batch, shape.tokens, shape.width, device=device, dtype=dtype, requires_grad=training == "frozen"
+    )
     target = torch.randn_like(x, requires_grad=False)
-    return Workload(model=model, spec=SPEC, args=(x,), target=target, optimizer=adamw_for(model),
-                    grad_inputs=(x,) if training == "frozen" else ())
+    return Workload(
+        model=model,
+        spec=SPEC,
+        args=(x,),
+        target=target,
+        optimizer=adamw_for(model),
+        grad_inputs=(x,) if training == "frozen" else (),
+    )

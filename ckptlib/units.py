@@ -1,3 +1,4 @@
 """Byte units, defined once."""
-MIB = 2 ** 20
-GIB = 2 ** 30
+
+MIB = 2**20
+GIB = 2**30

@@ -1,4 +1,5 @@
 """A ready-to-run training step: what every family builds and what a sweep cell measures."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -62,8 +63,9 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
 
 
-def make_trainable(model: nn.Module, training: str, lora_targets: list[str], lora_rank: int,
-                   quantization: str = "none") -> nn.Module:
+def make_trainable(
+    model: nn.Module, training: str, lora_targets: list[str], lora_rank: int, quantization: str = "none"
+) -> nn.Module:
     """Set which weights train: LoRA adapters (PEFT) on a frozen base, nothing, or everything.
     A quantized base (ckptlib.quantize) is quantized before the adapters wrap its layers."""
     if training not in TRAINING_MODES:
@@ -77,7 +79,9 @@ def make_trainable(model: nn.Module, training: str, lora_targets: list[str], lor
         from peft import LoraConfig, inject_adapter_in_model
 
         dtype = next(model.parameters()).dtype
-        model = inject_adapter_in_model(LoraConfig(r=lora_rank, lora_alpha=lora_rank, target_modules=lora_targets), model)
+        model = inject_adapter_in_model(
+            LoraConfig(r=lora_rank, lora_alpha=lora_rank, target_modules=lora_targets), model
+        )
         for name, param in model.named_parameters():
             if "lora_" in name:
                 param.data = param.data.to(dtype)

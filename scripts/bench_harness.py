@@ -7,6 +7,7 @@ database, then reads per cell: wall time seen by the parent (fork, build, apply,
 hand-back, teardown) minus the sum of its step samples. The first cell also pays the fork
 server's start (torch, peft imported once) and is reported separately.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "bench.db"
         tokens = ",".join(str(16 + i) for i in range(args.cells))
-        command = [sys.executable, "-m", "sweep.cli", "run", "sweep=none", "preset=tiny", "mode=layer",
-                   f"+shape.tokens={tokens}", "measure.warmup_steps=1", "measure.steps=2",
-                   f"db.url=sqlite:///{db}", f"hydra.sweep.dir={scratch}/multirun"]
+        command = [
+            sys.executable,
+            "-m",
+            "sweep.cli",
+            "run",
+            "sweep=none",
+            "preset=tiny",
+            "mode=layer",
+            f"+shape.tokens={tokens}",
+            "measure.warmup_steps=1",
+            "measure.steps=2",
+            f"db.url=sqlite:///{db}",
+            f"hydra.sweep.dir={scratch}/multirun",
+        ]
         tic = time.perf_counter()
         subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
         total = time.perf_counter() - tic
         with create_engine(f"sqlite:///{db}").connect() as connection:
-            rows = connection.execute(text(
-                "select c.wall_s, sum(s.seconds) from cells c join samples s on s.cell_id = c.id "
-                "group by c.id order by c.recorded_at")).all()
+            rows = connection.execute(
+                text(
+                    "select c.wall_s, sum(s.seconds) from cells c join samples s on s.cell_id = c.id "
+                    "group by c.id order by c.recorded_at"
+                )
+            ).all()
     overheads = [wall - steps for wall, steps in rows]
     print(f"{len(rows)} cells, whole command {total:.1f} s (interpreter start, Hydra, fork server included)")
     print(f"first cell overhead {overheads[0]:.3f} s (starts the fork server)")

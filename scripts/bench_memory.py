@@ -7,6 +7,7 @@ layer floor (the issue's): every block's boundary state + one block's saved acti
 working-set floor adds one block's backward temporaries (its gradients), which any recompute pays.
 torch-ffn: share of the feed-forward internals (what the FFN saves beyond its input) it frees.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ MODES = {
     "interval2": CheckpointConfig("torch", interval=2),
     "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4),
 }
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def saved_bytes(fn, x) -> int:
@@ -72,8 +73,10 @@ def main() -> None:
 
     results = {name: measure(args.preset, args.training, config) for name, config in MODES.items()}
     print(f"preset {args.preset}: {shape}; training {args.training}; CPU, tracked live tensor bytes")
-    print(f"per block: boundary state {boundary / MIB:.2f} MiB, saved {one_block_saved / MIB:.2f} MiB, "
-          f"forward+backward working set {one_block_working_set / MIB:.2f} MiB, FFN internals {ffn_internals / MIB:.2f} MiB")
+    print(
+        f"per block: boundary state {boundary / MIB:.2f} MiB, saved {one_block_saved / MIB:.2f} MiB, "
+        f"forward+backward working set {one_block_working_set / MIB:.2f} MiB, FFN internals {ffn_internals / MIB:.2f} MiB"
+    )
     print(f"{'mode':14s} {'saved MiB':>10s} {'peak MiB':>10s} {'host MiB':>10s}")
     for name, r in results.items():
         print(f"{name:14s} {r['saved'] / MIB:10.2f} {r['peak'] / MIB:10.2f} {r['host'] / MIB:10.2f}")
@@ -81,14 +84,20 @@ def main() -> None:
     layer = results["layer"]
     floor = shape.depth * boundary + one_block_saved
     working_floor = shape.depth * boundary + one_block_working_set
-    print(f"layer saved after forward: {layer['saved'] / MIB:.2f} MiB vs boundary states {shape.depth * boundary / MIB:.2f} MiB "
-          f"(ratio {layer['saved'] / (shape.depth * boundary):.3f})")
-    print(f"layer peak: {layer['peak'] / MIB:.2f} MiB vs floor {floor / MIB:.2f} MiB (ratio {layer['peak'] / floor:.3f}); "
-          f"vs working-set floor {working_floor / MIB:.2f} MiB (ratio {layer['peak'] / working_floor:.3f}; target <= 1.10)")
+    print(
+        f"layer saved after forward: {layer['saved'] / MIB:.2f} MiB vs boundary states {shape.depth * boundary / MIB:.2f} MiB "
+        f"(ratio {layer['saved'] / (shape.depth * boundary):.3f})"
+    )
+    print(
+        f"layer peak: {layer['peak'] / MIB:.2f} MiB vs floor {floor / MIB:.2f} MiB (ratio {layer['peak'] / floor:.3f}); "
+        f"vs working-set floor {working_floor / MIB:.2f} MiB (ratio {layer['peak'] / working_floor:.3f}; target <= 1.10)"
+    )
     # The FFN checkpoint keeps its input (one boundary-sized tensor per block); that is not an internal.
     freed = results["none"]["saved"] - results["torch-ffn"]["saved"] + shape.depth * boundary
-    print(f"torch-ffn frees {freed / MIB:.2f} MiB of {shape.depth * ffn_internals / MIB:.2f} MiB FFN internals "
-          f"({100 * freed / (shape.depth * ffn_internals):.1f}%; target >= 90%)")
+    print(
+        f"torch-ffn frees {freed / MIB:.2f} MiB of {shape.depth * ffn_internals / MIB:.2f} MiB FFN internals "
+        f"({100 * freed / (shape.depth * ffn_internals):.1f}%; target >= 90%)"
+    )
 
 
 if __name__ == "__main__":

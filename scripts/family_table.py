@@ -3,6 +3,7 @@ forward+backward time on CPU, and which modes it supports.
 
     python scripts/family_table.py > /tmp/families.md
 """
+
 from __future__ import annotations
 
 import time
@@ -14,9 +15,12 @@ from ckptlib import CheckpointConfig, UnsupportedModeError
 from ckptlib.families import all_families, build
 
 MODES = {
-    "layer": CheckpointConfig("torch"), "interval2": CheckpointConfig("torch", interval=2),
-    "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4), "unsloth": CheckpointConfig("unsloth"),
-    "torch-ffn": CheckpointConfig("torch-ffn"), "unsloth-ffn": CheckpointConfig("unsloth-ffn"),
+    "layer": CheckpointConfig("torch"),
+    "interval2": CheckpointConfig("torch", interval=2),
+    "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4),
+    "unsloth": CheckpointConfig("unsloth"),
+    "torch-ffn": CheckpointConfig("torch-ffn"),
+    "unsloth-ffn": CheckpointConfig("unsloth-ffn"),
     "activation-offload": CheckpointConfig("torch", offload_attention=True),
 }
 
@@ -51,8 +55,10 @@ def main() -> None:
         tic = time.perf_counter()
         work.step()
         step_s = time.perf_counter() - tic
-        print(f"| {family.docs_name} | {family.cls} | {preset} | {params:.2f} | {build_s:.2f} | {step_s:.3f} | "
-              f"{', '.join(supported(name))} |")
+        print(
+            f"| {family.docs_name} | {family.cls} | {preset} | {params:.2f} | {build_s:.2f} | {step_s:.3f} | "
+            f"{', '.join(supported(name))} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The first-GPU acceptance run (see sweep/acceptance/__init__.py):
 
-    python scripts/gpu_acceptance.py                      # on a GPU machine: every check, on cuda
-    python scripts/gpu_acceptance.py --device cpu --out /tmp/acceptance   # the same checks, tiny, on a CPU
+python scripts/gpu_acceptance.py                      # on a GPU machine: every check, on cuda
+python scripts/gpu_acceptance.py --device cpu --out /tmp/acceptance   # the same checks, tiny, on a CPU
 """
+
 import os
 import sys
 from pathlib import Path

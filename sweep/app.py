@@ -1,6 +1,7 @@
 """The Hydra app behind `ckpt-sweep run`: one job per cell; each job runs (or skips) its cell in
 an isolated child and records the result. Validation and progress live in their own modules
 (sweep/validate.py, sweep/progress.py), the callback Hydra calls around the jobs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,15 @@ def run_state(cfg: DictConfig) -> RunState:
         else:
             env, provenance, device_label = environment.capture(device), "measured", device
         sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        run_id = store.get_or_create_run(engine, str(cfg.run.name), env["hardware"], provenance=provenance,
-                                         device=device_label, environment=env, config=sweep_config)
+        run_id = store.get_or_create_run(
+            engine,
+            str(cfg.run.name),
+            env["hardware"],
+            provenance=provenance,
+            device=device_label,
+            environment=env,
+            config=sweep_config,
+        )
         _runs[key] = RunState(engine, run_id, device, env["hardware"], store.completed_cells(engine, run_id))
     return _runs[key]
 
@@ -81,8 +89,10 @@ def settings_note(recorded: tuple[str, int | None, int | None], cfg: DictConfig)
     status, steps, warmup = recorded
     if status != Status.OK or steps is None or (steps, warmup) == (cfg.measure.steps, cfg.measure.warmup_steps):
         return None
-    return (f"recorded with steps={steps}, warmup_steps={warmup} (this sweep asks for steps={cfg.measure.steps}, "
-            f"warmup_steps={cfg.measure.warmup_steps}): run.rerun=all measures them again, keeping the earlier attempt")
+    return (
+        f"recorded with steps={steps}, warmup_steps={warmup} (this sweep asks for steps={cfg.measure.steps}, "
+        f"warmup_steps={cfg.measure.warmup_steps}): run.rerun=all measures them again, keeping the earlier attempt"
+    )
 
 
 def execute(cfg: DictConfig) -> dict:
@@ -102,11 +112,26 @@ def execute(cfg: DictConfig) -> dict:
         task, args = cell_task(cfg, cell, state.device)
         result = run_isolated(task, args, cfg.measure.timeout_s, cell.builder.rpartition(".")[0])
     shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
-    store.record_cell(state.engine, state.run_id, cell.as_dict(), cell.key, result,
-                      worker=environment.worker_identity(state.device), shape=shape, versions=environment.code_versions())
+    store.record_cell(
+        state.engine,
+        state.run_id,
+        cell.as_dict(),
+        cell.key,
+        result,
+        worker=environment.worker_identity(state.device),
+        shape=shape,
+        versions=environment.code_versions(),
+    )
     state.done[cell.key] = (result.status, result.steps, result.warmup_steps)
-    return {**summary, "skipped": False, "status": str(result.status), "reason": result.reason,
-            "sec_per_step": result.sec_per_step, "peak_bytes": result.peak_bytes, "wall_s": result.timings.get("wall_s")}
+    return {
+        **summary,
+        "skipped": False,
+        "status": str(result.status),
+        "reason": result.reason,
+        "sec_per_step": result.sec_per_step,
+        "peak_bytes": result.peak_bytes,
+        "wall_s": result.timings.get("wall_s"),
+    }
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base=None)

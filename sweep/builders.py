@@ -5,6 +5,7 @@ A builder is a callable `build(preset, training, device, lora_rank, seed, dtype,
 `PRESETS`) and describe a shape (`describe_shape(preset, **shape) -> {tokens, text_tokens, height,
 width, frames, batch}`, or `resolve_shape(preset, **shape)` returning an object with `tokens`).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -66,8 +67,10 @@ def signature_problems(target: str, builder) -> list[str]:
     missing = [k for k in BUILD_KEYWORDS if k not in parameters]
     if not missing:
         return []
-    return [f"builder {target!r} does not take {', '.join(missing)}; a builder is called as "
-            f"build({', '.join(f'{k}=...' for k in BUILD_KEYWORDS)}, **shape) (add **kwargs to ignore some)"]
+    return [
+        f"builder {target!r} does not take {', '.join(missing)}; a builder is called as "
+        f"build({', '.join(f'{k}=...' for k in BUILD_KEYWORDS)}, **shape) (add **kwargs to ignore some)"
+    ]
 
 
 def describe_shape(builder, preset: str, shape: dict) -> dict:

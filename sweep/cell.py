@@ -1,4 +1,5 @@
 """A cell: one point of the sweep (family x shape x mode x quantization x training), as plain data."""
+
 from __future__ import annotations
 
 import hashlib
@@ -54,8 +55,11 @@ class Cell:
     def checkpoint_config(self) -> CheckpointConfig:
         """Raises ValueError for a combination that is not a valid config (status `invalid`)."""
         return CheckpointConfig(
-            backend=self.backend, interval=self.interval, stride=self.stride,
-            offload_attention=self.offload_attention, pin_memory_max_buckets=self.pin_memory_max_buckets,
+            backend=self.backend,
+            interval=self.interval,
+            stride=self.stride,
+            offload_attention=self.offload_attention,
+            pin_memory_max_buckets=self.pin_memory_max_buckets,
         )
 
     def describe(self) -> str:
@@ -76,7 +80,17 @@ def cell_from_config(cfg) -> Cell:
     from omegaconf import OmegaConf
 
     schedule = {k: v for k, v in OmegaConf.to_container(cfg.mode).items() if k != "name"}
-    return Cell(family=cfg.family.name, builder=cfg.family._target_, preset=str(cfg.preset), mode=cfg.mode.name,
-                quantization=cfg.quantization.name, training=_word(cfg.training), dtype=_word(cfg.dtype),
-                lora_rank=int(cfg.lora_rank), pin_memory_max_buckets=int(cfg.pin_memory_max_buckets), seed=int(cfg.seed),
-                shape=OmegaConf.to_container(cfg.shape), **schedule)
+    return Cell(
+        family=cfg.family.name,
+        builder=cfg.family._target_,
+        preset=str(cfg.preset),
+        mode=cfg.mode.name,
+        quantization=cfg.quantization.name,
+        training=_word(cfg.training),
+        dtype=_word(cfg.dtype),
+        lora_rank=int(cfg.lora_rank),
+        pin_memory_max_buckets=int(cfg.pin_memory_max_buckets),
+        seed=int(cfg.seed),
+        shape=OmegaConf.to_container(cfg.shape),
+        **schedule,
+    )

@@ -1,4 +1,5 @@
 """`ckpt-sweep VERB ...`: run (the Hydra multirun), report, import, diff, advise."""
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,9 @@ def _engine(url: str, create: bool = False):
 def report(args: list[str]) -> None:
     parser = _parser("report", "Regenerate the docs' matrices from the database.")
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
-    parser.add_argument("--runs", nargs="*", help="run ids or hardware labels (default: latest run per sweep and hardware)")
+    parser.add_argument(
+        "--runs", nargs="*", help="run ids or hardware labels (default: latest run per sweep and hardware)"
+    )
     parser.add_argument("--splice", type=Path, help="refresh the marked blocks of this markdown file instead")
     parser.add_argument("--no-plots", action="store_true")
     options = parser.parse_args(args)
@@ -82,7 +85,9 @@ def import_tables(args: list[str]) -> None:
 
     engine = _engine(options.db, create=True)
     try:
-        run_ids = import_file(engine, options.file, hardware=options.hardware, source=options.source, family=options.family)
+        run_ids = import_file(
+            engine, options.file, hardware=options.hardware, source=options.source, family=options.family
+        )
     except TableError as error:
         sys.exit(f"ckpt-sweep: nothing imported: {error}")
     print(f"imported {len(run_ids)} published run(s): ids {', '.join(map(str, run_ids))}")
@@ -129,7 +134,9 @@ def advise_verb(args: list[str]) -> None:
     parser.add_argument("--tokens", type=int)
     parser.add_argument("--preset")
     parser.add_argument("--quantization", default="none")
-    parser.add_argument("--margin", type=float, default=0.10, help="safety margin as a fraction of the card (default 0.10)")
+    parser.add_argument(
+        "--margin", type=float, default=0.10, help="safety margin as a fraction of the card (default 0.10)"
+    )
     options = parser.parse_args(args)
     from .advise import advise, parse_size
     from .query import load_cells, select_runs
@@ -137,8 +144,18 @@ def advise_verb(args: list[str]) -> None:
     engine = _engine(options.db)
     try:
         cells = load_cells(engine, select_runs(engine))
-        print(advise(cells, options.family, parse_size(options.vram), hardware=options.hardware, tokens=options.tokens,
-                     preset=options.preset, quantization=options.quantization, margin=options.margin))
+        print(
+            advise(
+                cells,
+                options.family,
+                parse_size(options.vram),
+                hardware=options.hardware,
+                tokens=options.tokens,
+                preset=options.preset,
+                quantization=options.quantization,
+                margin=options.margin,
+            )
+        )
     except ValueError as error:
         sys.exit(f"ckpt-sweep: {error}")
 

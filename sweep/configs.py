@@ -6,6 +6,7 @@ Sweep files (sweep/conf/sweep/*.yaml) select families and modes by rule through 
 `${families:all}` (every registered family), `${families:buildable}`, `${modes:docs}` (the family
 tables' nine), `${modes:synthetic}` (the synthetic sweep's five).
 """
+
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Dict, Optional
@@ -139,10 +140,17 @@ def register() -> None:
         store.store(group="quantization", name=name, node=QuantizationConfig(name))
     store.store(group="family", name="synthetic", node=FamilyConfig("synthetic", "ckptlib.synthetic.build", "cpu-256"))
     for name, family in all_families().items():
-        store.store(group="family", name=name, node=FamilyConfig(
-            name, f"ckptlib.families.builders.{name}", "tiny" if family.unsupported else family.default_preset))
+        store.store(
+            group="family",
+            name=name,
+            node=FamilyConfig(
+                name, f"ckptlib.families.builders.{name}", "tiny" if family.unsupported else family.default_preset
+            ),
+        )
     resolvers = {
-        "families": _families, "modes": _modes, "default_preset": default_preset,
+        "families": _families,
+        "modes": _modes,
+        "default_preset": default_preset,
         # what the launcher presets ask of this machine: one GPU per cell, else `workers` CPU cells
         "gpus_per_cell": lambda: 1 if gpus.count() else 0,
         "ray_cpus": lambda workers: None if gpus.count() else int(workers),

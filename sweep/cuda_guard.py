@@ -10,6 +10,7 @@ raises ImportError, so the fork server leaves that module to the child to import
 lifts the guard before its cell runs, then checks that CUDA is still untouched
 (`sweep.isolation.child_main`).
 """
+
 from __future__ import annotations
 
 import sys
@@ -52,12 +53,15 @@ def install() -> None:
         def query(*args, **kwargs):
             asked.append((name, _caller()))
             return function(*args, **kwargs)
+
         return query
 
     def refuse(name):
         refused.append((name, _caller()))
-        raise ImportError(f"torch.cuda.{name} would initialise CUDA in the fork server (see sweep/cuda_guard.py); "
-                          "the child imports this module itself")
+        raise ImportError(
+            f"torch.cuda.{name} would initialise CUDA in the fork server (see sweep/cuda_guard.py); "
+            "the child imports this module itself"
+        )
 
     replacements = {
         (torch.cuda, "is_available"): answer("is_available", lambda: bool(visible)),
@@ -86,5 +90,7 @@ def check_untouched() -> None:
     import torch
 
     if torch.cuda.is_initialized() or torch.cuda._is_in_bad_fork():
-        raise RuntimeError("CUDA was initialised in the fork server before this cell's process forked; a CUDA cell "
-                           "cannot run in it (see NOTE [ CUDA and the fork server ] in sweep/cuda_guard.py)")
+        raise RuntimeError(
+            "CUDA was initialised in the fork server before this cell's process forked; a CUDA cell "
+            "cannot run in it (see NOTE [ CUDA and the fork server ] in sweep/cuda_guard.py)"
+        )

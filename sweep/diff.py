@@ -5,6 +5,7 @@ current one) or `@N` (attempt N), in one database or two (`--db-b`). Cells pair 
 are (family, preset, tokens, mode, precision, training and any setting that differs from the
 defaults), so near-duplicates never cross; a pair measured by different code says so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,7 @@ class Side:
 
 
 def _samples(engine: Engine, cell_ids: list[int]) -> dict[int, list[float]]:
-    query = (select(CellRow.id, Sample.seconds).join(Sample)
-             .where(CellRow.id.in_(cell_ids), Sample.warmup.is_(False)))
+    query = select(CellRow.id, Sample.seconds).join(Sample).where(CellRow.id.in_(cell_ids), Sample.warmup.is_(False))
     by_cell: dict[int, list[float]] = {}
     with engine.connect() as connection:
         for cell_id, seconds in connection.execute(query):
@@ -83,8 +83,13 @@ def side(engine: Engine, selector: str) -> Side:
     cells = load_cells(engine, run_ids, attempt or "current")
     cells = cells.assign(variant=[variant(c, m) for c, m in zip(cells["config"], cells["mode"])])
     label = cells["hardware"].iloc[0] if not cells.empty else run
-    return Side(cells, run_ids, _samples(engine, cells["cell_id"].tolist()), _flat_environment(engine, run_ids),
-                label + (f" @{attempt}" if attempt else ""))
+    return Side(
+        cells,
+        run_ids,
+        _samples(engine, cells["cell_id"].tolist()),
+        _flat_environment(engine, run_ids),
+        label + (f" @{attempt}" if attempt else ""),
+    )
 
 
 def _transition(a: str | None, b: str | None, label_a: str, label_b: str) -> str:
@@ -131,28 +136,37 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         label_a, label_b = f"{label_a} (A)", f"{label_b} (B)"
     keep = COORDINATES + ["status", "sec_per_step", "peak_bytes", "text", "cell_id", "versions"]
     merged = a.cells[keep].merge(b.cells[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
-    merged = merged.assign(sec_a=_figures(merged.rename(columns={"status_a": "status"}), "sec_per_step_a"),
-                           sec_b=_figures(merged.rename(columns={"status_b": "status"}), "sec_per_step_b"),
-                           peak_a=_figures(merged.rename(columns={"status_a": "status"}), "peak_bytes_a"),
-                           peak_b=_figures(merged.rename(columns={"status_b": "status"}), "peak_bytes_b"))
+    merged = merged.assign(
+        sec_a=_figures(merged.rename(columns={"status_a": "status"}), "sec_per_step_a"),
+        sec_b=_figures(merged.rename(columns={"status_b": "status"}), "sec_per_step_b"),
+        peak_a=_figures(merged.rename(columns={"status_a": "status"}), "peak_bytes_a"),
+        peak_b=_figures(merged.rename(columns={"status_b": "status"}), "peak_bytes_b"),
+    )
     merged["ratio"] = merged["sec_b"] / merged["sec_a"]
     merged["memory_diff_gib"] = (merged["peak_b"] - merged["peak_a"]) / GIB
     merged["memory_ratio"] = merged["peak_b"] / merged["peak_a"]
-    merged["transition"] = [_transition(x if isinstance(x, str) else None, y if isinstance(y, str) else None,
-                                        label_a, label_b) for x, y in zip(merged["status_a"], merged["status_b"])]
+    merged["transition"] = [
+        _transition(x if isinstance(x, str) else None, y if isinstance(y, str) else None, label_a, label_b)
+        for x, y in zip(merged["status_a"], merged["status_b"])
+    ]
     merged["significance"] = [
         _significance(a.samples.get(x), b.samples.get(y), r) if r == r else ""
-        for x, y, r in zip(merged["cell_id_a"], merged["cell_id_b"], merged["ratio"])]
+        for x, y, r in zip(merged["cell_id_a"], merged["cell_id_b"], merged["ratio"])
+    ]
     merged["code"] = [_code_change(x, y) for x, y in zip(merged["versions_a"], merged["versions_b"])]
     merged["text_a"] = merged["text_a"].fillna(NOT_RUN)
     merged["text_b"] = merged["text_b"].fillna(NOT_RUN)
     mode_rank = {m: i for i, m in enumerate(MODE_ORDER)}
     merged = merged.assign(_first=merged["transition"] == "", _mode=merged["mode"].map(lambda m: mode_rank.get(m, 99)))
-    merged = merged.sort_values(["_first", "family", "tokens", "preset", "quantization", "_mode", "variant"], kind="stable")
+    merged = merged.sort_values(
+        ["_first", "family", "tokens", "preset", "quantization", "_mode", "variant"], kind="stable"
+    )
     merged = merged.drop(columns=["_first", "_mode"]).reset_index(drop=True)
-    environment = [f"{key}: {a.environment.get(key, '-')} ({label_a}) vs {b.environment.get(key, '-')} ({label_b})"
-                   for key in sorted(set(a.environment) | set(b.environment))
-                   if a.environment.get(key) != b.environment.get(key)]
+    environment = [
+        f"{key}: {a.environment.get(key, '-')} ({label_a}) vs {b.environment.get(key, '-')} ({label_b})"
+        for key in sorted(set(a.environment) | set(b.environment))
+        if a.environment.get(key) != b.environment.get(key)
+    ]
     return Diff(label_a, label_b, merged, environment)
 
 
@@ -164,14 +178,35 @@ def _row_values(row) -> list[str]:
     tokens = "" if pd.isna(row.tokens) else str(int(row.tokens))
     mode = row.mode + (f" ({row.variant})" if row.variant else "")
     change = "; ".join(x for x in (row.transition or row.significance, row.code) if x)
-    return [row.family, row.preset, tokens, mode, row.quantization, row.text_a, row.text_b,
-            _number(row.ratio, "{:.4f}"), _number(row.memory_diff_gib, "{:+.2f}"), _number(row.memory_ratio, "{:.4f}"),
-            change]
+    return [
+        row.family,
+        row.preset,
+        tokens,
+        mode,
+        row.quantization,
+        row.text_a,
+        row.text_b,
+        _number(row.ratio, "{:.4f}"),
+        _number(row.memory_diff_gib, "{:+.2f}"),
+        _number(row.memory_ratio, "{:.4f}"),
+        change,
+    ]
 
 
 def columns(diff: Diff) -> list[str]:
-    return ["family", "preset", "tokens", "mode", "quant", diff.label_a, diff.label_b,
-            f"time {diff.label_b}/{diff.label_a}", "memory diff GiB", f"memory {diff.label_b}/{diff.label_a}", "change"]
+    return [
+        "family",
+        "preset",
+        "tokens",
+        "mode",
+        "quant",
+        diff.label_a,
+        diff.label_b,
+        f"time {diff.label_b}/{diff.label_a}",
+        "memory diff GiB",
+        f"memory {diff.label_b}/{diff.label_a}",
+        "change",
+    ]
 
 
 def rich_table(diff: Diff) -> Table:
@@ -189,8 +224,9 @@ def markdown(diff: Diff, plot: Path | None = None) -> str:
     parts += [f"- {line}" for line in diff.environment] or ["- none recorded"]
     parts.append("\n## Status transitions\n")
     transitions = diff.transitions
-    parts += [f"- {r.family} {r.preset} {r.mode} {r.quantization}: {r.transition}" for r in transitions.itertuples()] \
-        or ["- none"]
+    parts += [
+        f"- {r.family} {r.preset} {r.mode} {r.quantization}: {r.transition}" for r in transitions.itertuples()
+    ] or ["- none"]
     parts += ["\n## Cells\n", frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)]
     if plot is not None:
         parts.append(f"\n![time ratio]({plot.name})")

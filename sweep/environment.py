@@ -1,4 +1,5 @@
 """Where a run happened: hardware label and software environment."""
+
 from __future__ import annotations
 
 import functools
@@ -51,8 +52,11 @@ def gpu_info(device: str) -> dict:
 
 def worker_identity(device: str) -> dict:
     """Which process, host and GPU ran a cell: cells of one run may land on many GPUs and nodes."""
-    identity = {"host": socket.gethostname(), "pid": os.getpid(),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    identity = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
     gpu = gpu_info(device)
     identity.update({f"gpu_{k}": gpu[k] for k in ("name", "uuid") if k in gpu})
     for variable in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURMD_NODENAME"):
@@ -87,10 +91,15 @@ def prediction_label(device_model: str, card_bytes: int | None) -> str:
 
 def git_state() -> dict:
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
 
     try:
-        return {"git_commit": git("rev-parse", "HEAD") or None, "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        return {
+            "git_commit": git("rev-parse", "HEAD") or None,
+            "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        }
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": None, "git_dirty": None}
 
@@ -138,8 +147,13 @@ def capture_prediction(device_model: str, card_bytes: int | None) -> dict:
     from ckptlib.predict import DEVICE_MODELS
 
     return {
-        "hardware": prediction_label(device_model, card_bytes), "device": f"predicted:{device_model}",
-        "card_bytes": card_bytes, "assumptions": DEVICE_MODELS[device_model].assumptions(),
-        "cpu": cpu_model(), "hostname": socket.gethostname(), "python": platform.python_version(),
-        "versions": versions(), **git_state(),
+        "hardware": prediction_label(device_model, card_bytes),
+        "device": f"predicted:{device_model}",
+        "card_bytes": card_bytes,
+        "assumptions": DEVICE_MODELS[device_model].assumptions(),
+        "cpu": cpu_model(),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "versions": versions(),
+        **git_state(),
     }

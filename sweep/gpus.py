@@ -8,6 +8,7 @@ CUDA_VISIBLE_DEVICES may name devices by index, by (a prefix of) a `GPU-<uuid>`,
 `MIG-<uuid>`, or in the legacy `MIG-GPU-<uuid>/<gpu instance>/<compute instance>` form; parsing
 stops at the first entry that names nothing, as CUDA's does. A MIG slice reports its own memory.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,17 @@ class Gpu:
         return self.name.removeprefix("NVIDIA ")
 
     def as_dict(self) -> dict:
-        return {"index": self.index, "name": self.name, "uuid": self.uuid, "memory_bytes": self.memory_bytes,
-                "memory_note": self.memory_note, "capability": list(self.capability) if self.capability else None,
-                "driver": self.driver, "pci_bus_id": self.pci_bus_id, **self.extra}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "memory_bytes": self.memory_bytes,
+            "memory_note": self.memory_note,
+            "capability": list(self.capability) if self.capability else None,
+            "driver": self.driver,
+            "pci_bus_id": self.pci_bus_id,
+            **self.extra,
+        }
 
 
 def _text(value) -> str:
@@ -131,19 +140,35 @@ def _describe(pynvml, index: int, handle) -> Gpu:
     memory, note = pynvml.nvmlDeviceGetMemoryInfo(handle).total, None
     is_mig = bool(optional(lambda: pynvml.nvmlDeviceIsMigDeviceHandle(handle)))
     if not is_mig and _mig_enabled(pynvml, handle):
-        memory, note = None, ("the GPU is in MIG mode: CUDA sees one of its slices, not the whole card; name the slice "
-                              "by its MIG-<uuid> in CUDA_VISIBLE_DEVICES so its own memory can be recorded")
+        memory, note = (
+            None,
+            (
+                "the GPU is in MIG mode: CUDA sees one of its slices, not the whole card; name the slice "
+                "by its MIG-<uuid> in CUDA_VISIBLE_DEVICES so its own memory can be recorded"
+            ),
+        )
     parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle) if is_mig else handle
     capability = optional(lambda: tuple(pynvml.nvmlDeviceGetCudaComputeCapability(parent)))
-    extra = {key: value for key, value in (
-        ("power_limit_w", optional(lambda: pynvml.nvmlDeviceGetPowerManagementLimit(parent) / 1000)),
-        ("sm_clock_max_mhz", optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(parent, pynvml.NVML_CLOCK_SM))),
-        ("mem_clock_max_mhz", optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(parent, pynvml.NVML_CLOCK_MEM))),
-    ) if value is not None}
-    return Gpu(index=index, name=_text(pynvml.nvmlDeviceGetName(handle)), uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-               memory_bytes=memory, memory_note=note, capability=capability,
-               driver=_text(pynvml.nvmlSystemGetDriverVersion()),
-               pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(parent).busId), extra=extra)
+    extra = {
+        key: value
+        for key, value in (
+            ("power_limit_w", optional(lambda: pynvml.nvmlDeviceGetPowerManagementLimit(parent) / 1000)),
+            ("sm_clock_max_mhz", optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(parent, pynvml.NVML_CLOCK_SM))),
+            ("mem_clock_max_mhz", optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(parent, pynvml.NVML_CLOCK_MEM))),
+        )
+        if value is not None
+    }
+    return Gpu(
+        index=index,
+        name=_text(pynvml.nvmlDeviceGetName(handle)),
+        uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+        memory_bytes=memory,
+        memory_note=note,
+        capability=capability,
+        driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+        pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(parent).busId),
+        extra=extra,
+    )
 
 
 def visible_gpus(visible: str | None = None) -> list[Gpu]:
@@ -172,6 +197,8 @@ def gpu_for(device: str) -> Gpu:
     """The visible GPU a `cuda[:N]` device names; NvmlUnavailable or LookupError with the reason."""
     gpus, index = visible_gpus(), device_index(device)
     if index >= len(gpus):
-        raise LookupError(f"{device}: only {len(gpus)} GPU(s) visible (CUDA_VISIBLE_DEVICES="
-                          f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        raise LookupError(
+            f"{device}: only {len(gpus)} GPU(s) visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
     return gpus[index]

@@ -6,6 +6,7 @@ CUDA (NOTE [ CUDA and the fork server ] in sweep/cuda_guard.py); each child sets
 CUDA_VISIBLE_DEVICES and device order before anything can start CUDA. The parent blocks in `wait`
 on the result pipe and the child's sentinel (no polling) and never raises for an outcome of the cell.
 """
+
 from __future__ import annotations
 
 import gc

@@ -6,6 +6,7 @@ training, LoRA rank, dtype, a shape override, ...) goes into the column heading,
 checkpointing setting that differs from the mode's preset (`Torch layer (interval 3)`). A cell that
 did not run to a figure carries its reason as a numbered footnote under the table.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,10 +20,19 @@ from .status import Status
 from .tables import FAMILY_MODES, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS
 
 # Cell settings (keys of the recorded cell config) and how a heading names their value.
-CHECKPOINT_SETTINGS = {"backend": "{}", "interval": "interval {}", "stride": "stride {}",
-                       "offload_attention": "attention offload {}"}
-RUN_SETTINGS = {"training": "{}", "lora_rank": "LoRA rank {}", "dtype": "{}", "seed": "seed {}",
-                "pin_memory_max_buckets": "{} pinned buckets"}
+CHECKPOINT_SETTINGS = {
+    "backend": "{}",
+    "interval": "interval {}",
+    "stride": "stride {}",
+    "offload_attention": "attention offload {}",
+}
+RUN_SETTINGS = {
+    "training": "{}",
+    "lora_rank": "LoRA rank {}",
+    "dtype": "{}",
+    "seed": "seed {}",
+    "pin_memory_max_buckets": "{} pinned buckets",
+}
 FOOTNOTED = (Status.UNSUPPORTED, Status.FAILED, Status.CRASHED, Status.TIMEOUT, Status.INVALID, Status.HOST_OOM)
 
 
@@ -38,8 +48,9 @@ class Matrix:
 
     def markdown(self) -> str:
         table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
-        return "\n".join([table, *([""] + [f"[{i}] {note}" for i, note in enumerate(self.footnotes, 1)]
-                                   if self.footnotes else [])])
+        return "\n".join(
+            [table, *([""] + [f"[{i}] {note}" for i, note in enumerate(self.footnotes, 1)] if self.footnotes else [])]
+        )
 
 
 def _slug(text: str) -> str:
@@ -72,7 +83,11 @@ def variant(config, mode: str) -> str:
     """A cell's settings that differ from its mode's preset and the harness defaults, as text
     ('' for a default cell): what tells near-duplicate cells apart across runs."""
     values, preset = _settings(config), MODES.get(mode)
-    named = [s for s in CHECKPOINT_SETTINGS if preset is not None and values[s] is not None and values[s] != getattr(preset, s)]
+    named = [
+        s
+        for s in CHECKPOINT_SETTINGS
+        if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
+    ]
     named += [s for s, default in CELL_DEFAULTS.items() if default is not None and values[s] not in (None, default)]
     named += sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens")
     return ", ".join(_describe(s, values[s]) for s in named)
@@ -90,8 +105,11 @@ def _qualifiers(cells: pd.DataFrame, rows: list[str]) -> pd.Series:
 
     def qualifier(index) -> str:
         values, preset = settings.loc[index], MODES.get(cells.at[index, "mode"])
-        named = [s for s in CHECKPOINT_SETTINGS
-                 if preset is not None and values[s] is not None and values[s] != getattr(preset, s)]
+        named = [
+            s
+            for s in CHECKPOINT_SETTINGS
+            if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
+        ]
         named += [s for s in varying if s not in named and values[s] is not None and values[s] != usual[s]]
         return f" ({', '.join(_describe(s, values[s]) for s in named)})" if named else ""
 
@@ -116,8 +134,9 @@ def _quantization_order(cells: pd.DataFrame) -> list[str]:
     return [q for q in QUANTIZATION_ORDER if q in present] + sorted(present - set(QUANTIZATION_ORDER))
 
 
-def _pivot(cells: pd.DataFrame, rows: list[str], label: dict[str, str], order: list[str],
-           every_column: bool) -> tuple[pd.DataFrame, list[str]]:
+def _pivot(
+    cells: pd.DataFrame, rows: list[str], label: dict[str, str], order: list[str], every_column: bool
+) -> tuple[pd.DataFrame, list[str]]:
     """Rows by `rows`, one column per mode heading: the docs' order, each mode's variants after it."""
     texts, notes = _footnoted(cells)
     cells = cells.assign(column=cells["mode"].map(lambda m: label.get(m, m)) + _qualifiers(cells, rows), text=texts)
@@ -161,16 +180,30 @@ def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
     for (family, sweep), group in cells.groupby(["family", "run_name"], sort=True):
         if family == "synthetic":
             frame, notes = synthetic_matrix(group)
-            matrices.append(Matrix(f"{family}/{sweep}", family, sweep, f"{family}: {sweep}", frame, _sources(group), notes))
+            matrices.append(
+                Matrix(f"{family}/{sweep}", family, sweep, f"{family}: {sweep}", frame, _sources(group), notes)
+            )
             continue
-        group = group.assign(resolution=[resolution(h, w, f) for h, w, f in
-                                         zip(group["height"], group["width"], group["frames"])])
+        group = group.assign(
+            resolution=[resolution(h, w, f) for h, w, f in zip(group["height"], group["width"], group["frames"])]
+        )
         for (hardware, preset), part in group.groupby(["hardware", "preset"], sort=True):
             shapes = part.groupby("resolution", sort=True)
             for shape, piece in shapes:
-                table_id = f"{family}/{sweep}/{_slug(hardware)}/{preset}" + (f"/{_slug(shape)}" if len(shapes) > 1 else "")
+                table_id = f"{family}/{sweep}/{_slug(hardware)}/{preset}" + (
+                    f"/{_slug(shape)}" if len(shapes) > 1 else ""
+                )
                 shown = f" ({shape})" if shape else ""
                 frame, notes = family_matrix(piece)
-                matrices.append(Matrix(table_id, family, sweep, f"{family}: {sweep}, {preset}{shown} on {hardware}",
-                                       frame, _sources(piece), notes))
+                matrices.append(
+                    Matrix(
+                        table_id,
+                        family,
+                        sweep,
+                        f"{family}: {sweep}, {preset}{shown} on {hardware}",
+                        frame,
+                        _sources(piece),
+                        notes,
+                    )
+                )
     return matrices

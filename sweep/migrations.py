@@ -6,6 +6,7 @@ version 2 widens byte and count columns to 64 bits, keeps every attempt of a cel
 shape the model saw and the versions that measured each cell, and stores empty JSON as NULL.
 Upgrades run in the caller's transaction: a failed one leaves the database as it was.
 """
+
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Integer, inspect, select
@@ -30,8 +31,10 @@ def upgrade(connection: Connection) -> list[int]:
     """Bring the database to SCHEMA_VERSION; returns the versions stepped through."""
     version = schema_version(connection)
     if version > SCHEMA_VERSION:
-        raise SchemaTooNew(f"the database has schema version {version}, newer than this ckpt-sweep's "
-                           f"{SCHEMA_VERSION}: upgrade ckpt-sweep to read it")
+        raise SchemaTooNew(
+            f"the database has schema version {version}, newer than this ckpt-sweep's "
+            f"{SCHEMA_VERSION}: upgrade ckpt-sweep to read it"
+        )
     if version == 0:
         Base.metadata.create_all(connection)
         connection.execute(SchemaVersion.__table__.insert().values(version=SCHEMA_VERSION))
@@ -55,7 +58,9 @@ def _add_missing_columns(connection: Connection, table) -> None:
             kind = column.type.compile(dialect=connection.dialect)
             if column.server_default is not None:  # existing rows take the default (attempt 1, current)
                 default = column.server_default.arg
-                kind += f" DEFAULT {default.compile(dialect=connection.dialect, compile_kwargs={'literal_binds': True})}"
+                kind += (
+                    f" DEFAULT {default.compile(dialect=connection.dialect, compile_kwargs={'literal_binds': True})}"
+                )
             connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
@@ -64,7 +69,9 @@ def _json_nulls(connection: Connection, table) -> None:
     cast = "::text" if connection.dialect.name == "postgresql" else ""
     for column in table.columns:
         if column.type.__class__.__name__ == "JSON":
-            connection.exec_driver_sql(f"UPDATE {table.name} SET {column.name} = NULL WHERE {column.name}{cast} = 'null'")
+            connection.exec_driver_sql(
+                f"UPDATE {table.name} SET {column.name} = NULL WHERE {column.name}{cast} = 'null'"
+            )
 
 
 def _create(connection: Connection, table, name: str) -> None:
@@ -99,14 +106,18 @@ def _upgrade_postgres_cells(connection: Connection) -> None:
     present = _columns(connection, "cells")
     _add_missing_columns(connection, table)
     for column in table.columns:
-        if isinstance(column.type, BigInteger) and isinstance(present.get(column.name), Integer) \
-                and not isinstance(present[column.name], BigInteger):
+        if (
+            isinstance(column.type, BigInteger)
+            and isinstance(present.get(column.name), Integer)
+            and not isinstance(present[column.name], BigInteger)
+        ):
             connection.exec_driver_sql(f"ALTER TABLE cells ALTER COLUMN {column.name} TYPE BIGINT")
     for constraint in inspect(connection).get_unique_constraints("cells"):
         if constraint["column_names"] == ["run_id", "cell_key"]:
             connection.exec_driver_sql(f'ALTER TABLE cells DROP CONSTRAINT "{constraint["name"]}"')
-    connection.exec_driver_sql("ALTER TABLE cells ADD CONSTRAINT cells_run_id_cell_key_attempt_key "
-                               "UNIQUE (run_id, cell_key, attempt)")
+    connection.exec_driver_sql(
+        "ALTER TABLE cells ADD CONSTRAINT cells_run_id_cell_key_attempt_key UNIQUE (run_id, cell_key, attempt)"
+    )
     for index in table.indexes:
         if index.name not in {i["name"] for i in inspect(connection).get_indexes("cells")}:
             connection.execute(CreateIndex(index))

@@ -6,6 +6,7 @@ INTERNAL_ERROR; host memory runs out as "DefaultCPUAllocator: can't allocate mem
 or MemoryError. A library error is counted as an out-of-memory only when the device was nearly
 full when it was raised.
 """
+
 from __future__ import annotations
 
 import traceback
@@ -15,11 +16,20 @@ from .status import Status
 
 TRACEBACK_CHARS = 4000
 REASON_CHARS = 500
-DEVICE_OOM = ("CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
-              "CUDA error: out of memory")
+DEVICE_OOM = (
+    "CUDA out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDA error: out of memory",
+)
 HOST_OOM = ("DefaultCPUAllocator: can't allocate memory", "CUDAHostAllocator", "std::bad_alloc")
-UNDER_PRESSURE = ("CUBLAS_STATUS_NOT_INITIALIZED", "CUBLAS_STATUS_INTERNAL_ERROR", "CUDNN_STATUS_NOT_INITIALIZED",
-                  "CUDNN_STATUS_INTERNAL_ERROR", "CUDNN_STATUS_MAPPING_ERROR")
+UNDER_PRESSURE = (
+    "CUBLAS_STATUS_NOT_INITIALIZED",
+    "CUBLAS_STATUS_INTERNAL_ERROR",
+    "CUDNN_STATUS_NOT_INITIALIZED",
+    "CUDNN_STATUS_INTERNAL_ERROR",
+    "CUDNN_STATUS_MAPPING_ERROR",
+)
 NEARLY_FULL = 0.95  # share of the card in use above which an UNDER_PRESSURE error is an OOM
 
 

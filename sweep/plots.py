@@ -1,4 +1,5 @@
 """Matplotlib figures for the reports: time vs memory per mode, and hardware diffs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,13 +71,17 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
     """One plot per table, hardware and shape: time vs memory where cells were timed, predicted
     memory per mode where they were predicted."""
     plots: dict[str, list[Path]] = {}
-    figures = cells[cells["peak_bytes"].notna()].assign(sec=lambda f: f["sec_per_step"], gib=lambda f: f["peak_bytes"] / GIB)
+    figures = cells[cells["peak_bytes"].notna()].assign(
+        sec=lambda f: f["sec_per_step"], gib=lambda f: f["peak_bytes"] / GIB
+    )
     timed = figures[(figures["status"] == "ok") & figures["sec"].notna()]
     predicted = figures[figures["provenance"] == "predicted"]
     for matrix in matrices:
         for frame, draw in ((timed, tradeoff_plot), (predicted, memory_plot)):
             part = frame[(frame["family"] == matrix.family) & (frame["run_name"] == matrix.sweep)]
-            for (hardware, _, preset), points in part.groupby(["hardware", "tokens", "preset"], sort=True, dropna=False):
+            for (hardware, _, preset), points in part.groupby(
+                ["hardware", "tokens", "preset"], sort=True, dropna=False
+            ):
                 if len(points) < 2 or (matrix.family != "synthetic" and not matrix.table_id.endswith(preset)):
                     continue
                 name = "-".join(x for x in (matrix.family, matrix.sweep, hardware, preset) if x)

@@ -1,6 +1,7 @@
 """What a person sees while a sweep runs: validation first, a progress bar (JSON lines when not on a
 terminal), and a summary read back from the database at the end (cells may have run in other
 processes or on other nodes)."""
+
 from __future__ import annotations
 
 import json
@@ -57,10 +58,17 @@ class SweepCallback(Callback):
                 TimeRemainingColumn,
             )
 
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                     TextColumn("{task.fields[counts]}"), console=self.console,
-                                     refresh_per_second=2)
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[counts]}"),
+                console=self.console,
+                refresh_per_second=2,
+            )
             self.task = self.progress.add_task("cells", total=self.total, counts="")
             self.progress.start()
 

@@ -1,4 +1,5 @@
 """`ckpt-sweep import`: the docs' published pipe tables into the database, as runs of provenance `published`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,13 @@ KNOWN_TABLES = {
     "packed image latents": TableMeaning("packed-latents", "synthetic", "frozen", "packed-{tokens}"),
     "larger transformer shape": TableMeaning("large-shape", "synthetic", "frozen", "large-3072", 3072),
 }
-ROW_COLUMNS = {"gpu": "hardware", "hardware": "hardware", "tokens": "tokens", "precision": "quantization",
-               "quantization": "quantization"}
+ROW_COLUMNS = {
+    "gpu": "hardware",
+    "hardware": "hardware",
+    "tokens": "tokens",
+    "precision": "quantization",
+    "quantization": "quantization",
+}
 
 
 def _meaning(table, path: str, family: str | None) -> TableMeaning:
@@ -40,14 +46,17 @@ def _meaning(table, path: str, family: str | None) -> TableMeaning:
     if known is not None:
         return known
     if family is None:
-        raise TableError(f"{path}:{table.line}: table under heading {heading!r} is not a known docs table; "
-                         f"pass --family to say whose matrix it is")
+        raise TableError(
+            f"{path}:{table.line}: table under heading {heading!r} is not a known docs table; "
+            f"pass --family to say whose matrix it is"
+        )
     slug = "-".join(heading.lower().split()) or "imported"
     return TableMeaning(slug, family)
 
 
-def parse_file(path: str | Path, hardware: str | None = None, source: str | None = None,
-               family: str | None = None) -> list[dict]:
+def parse_file(
+    path: str | Path, hardware: str | None = None, source: str | None = None, family: str | None = None
+) -> list[dict]:
     """Runs (as store.replace_runs takes them) from a markdown file; TableError names file, line and cell."""
     path = Path(path)
     try:
@@ -55,8 +64,10 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
     except OSError as error:
         raise TableError(f"cannot read {path}: {error.strerror}") from None
     except UnicodeDecodeError as error:
-        raise TableError(f"cannot read {path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
-                         f"{error.start}); the docs' tables are markdown") from None
+        raise TableError(
+            f"cannot read {path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+            f"{error.start}); the docs' tables are markdown"
+        ) from None
     if "\x00" in text:
         raise TableError(f"cannot read {path}: a binary file (NUL bytes), not a markdown table")
     tables = parse_tables(text, str(path))
@@ -69,8 +80,10 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
         for index, name in enumerate(table.header):
             role = ROW_COLUMNS.get(name.lower()) or ("mode:" + MODE_BY_COLUMN[name] if name in MODE_BY_COLUMN else None)
             if role is None:
-                raise TableError(f"{path}:{table.line}: unknown column {name!r}; known columns: GPU, Tokens, "
-                                 f"Precision, {', '.join(MODE_BY_COLUMN)}")
+                raise TableError(
+                    f"{path}:{table.line}: unknown column {name!r}; known columns: GPU, Tokens, "
+                    f"Precision, {', '.join(MODE_BY_COLUMN)}"
+                )
             roles[index] = role
         for line, cells in table.rows:
             row = {"hardware": hardware, "tokens": meaning.tokens, "quantization": "none"}
@@ -84,10 +97,17 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
                     row["tokens"] = int(row["tokens"])
                 except ValueError:
                     raise TableError(f"{path}:{line}: Tokens cell {row['tokens']!r} is not a whole number") from None
-            run = runs.setdefault((meaning.sweep, row["hardware"]), {
-                "name": meaning.sweep, "hardware": row["hardware"], "provenance": "published",
-                "source": source or str(path), "environment": {"hardware": row["hardware"], "source": source or str(path)},
-                "cells": []})
+            run = runs.setdefault(
+                (meaning.sweep, row["hardware"]),
+                {
+                    "name": meaning.sweep,
+                    "hardware": row["hardware"],
+                    "provenance": "published",
+                    "source": source or str(path),
+                    "environment": {"hardware": row["hardware"], "source": source or str(path)},
+                    "cells": [],
+                },
+            )
             for index, role in roles.items():
                 if not role.startswith("mode:"):
                     continue
@@ -97,9 +117,21 @@ def parse_file(path: str | Path, hardware: str | None = None, source: str | None
                     raise TableError(f"{path}:{line}: column {table.header[index]!r}: {error}") from None
                 if result is None:  # not run
                     continue
-                cell = {"family": meaning.family, "preset": meaning.preset.format(tokens=row["tokens"]),
-                        "mode": role[5:], "quantization": row["quantization"], "training": meaning.training}
-                run["cells"].append((cell, identity_key({**cell, "tokens": row["tokens"]}), CellResult(**result), {"tokens": row["tokens"]}))
+                cell = {
+                    "family": meaning.family,
+                    "preset": meaning.preset.format(tokens=row["tokens"]),
+                    "mode": role[5:],
+                    "quantization": row["quantization"],
+                    "training": meaning.training,
+                }
+                run["cells"].append(
+                    (
+                        cell,
+                        identity_key({**cell, "tokens": row["tokens"]}),
+                        CellResult(**result),
+                        {"tokens": row["tokens"]},
+                    )
+                )
     return list(runs.values())
 
 

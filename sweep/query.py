@@ -1,5 +1,6 @@
 """Recorded runs and cells read back as pandas frames: which runs a report or diff means, and the
 cells of those runs (the current attempt of each, or an earlier one), with their table text."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -9,17 +10,54 @@ from sqlalchemy.engine import Engine
 from .store import CellRow, Run
 from .tables import cell_text
 
-CELL_COLUMNS = ["run_id", "cell_key", "attempt", "family", "preset", "mode", "quantization", "training", "tokens",
-                "text_tokens", "height", "width", "frames", "batch", "status", "reason", "sec_per_step", "iqr_s",
-                "peak_bytes", "host_offload_peak_bytes", "config", "versions"]
+CELL_COLUMNS = [
+    "run_id",
+    "cell_key",
+    "attempt",
+    "family",
+    "preset",
+    "mode",
+    "quantization",
+    "training",
+    "tokens",
+    "text_tokens",
+    "height",
+    "width",
+    "frames",
+    "batch",
+    "status",
+    "reason",
+    "sec_per_step",
+    "iqr_s",
+    "peak_bytes",
+    "host_offload_peak_bytes",
+    "config",
+    "versions",
+]
 
 
 def load_runs(engine: Engine) -> pd.DataFrame:
     with engine.connect() as connection:
-        rows = connection.execute(select(Run.id, Run.name, Run.hardware, Run.provenance, Run.source, Run.device,
-                                         Run.started_at, Run.environment)).mappings().all()
-    return pd.DataFrame([dict(r) for r in rows],
-                        columns=["id", "name", "hardware", "provenance", "source", "device", "started_at", "environment"])
+        rows = (
+            connection.execute(
+                select(
+                    Run.id,
+                    Run.name,
+                    Run.hardware,
+                    Run.provenance,
+                    Run.source,
+                    Run.device,
+                    Run.started_at,
+                    Run.environment,
+                )
+            )
+            .mappings()
+            .all()
+        )
+    return pd.DataFrame(
+        [dict(r) for r in rows],
+        columns=["id", "name", "hardware", "provenance", "source", "device", "started_at", "environment"],
+    )
 
 
 def select_runs(engine: Engine, selectors: list[str] | None = None) -> list[int]:
@@ -45,8 +83,17 @@ def select_runs(engine: Engine, selectors: list[str] | None = None) -> list[int]
     return sorted(set(chosen))
 
 
-INTEGER_COLUMNS = ("attempt", "tokens", "text_tokens", "height", "width", "frames", "batch", "peak_bytes",
-                   "host_offload_peak_bytes")
+INTEGER_COLUMNS = (
+    "attempt",
+    "tokens",
+    "text_tokens",
+    "height",
+    "width",
+    "frames",
+    "batch",
+    "peak_bytes",
+    "host_offload_peak_bytes",
+)
 
 
 def _attempts(attempt: str):
@@ -54,27 +101,46 @@ def _attempts(attempt: str):
     if attempt == "current":
         return CellRow.is_current.is_(True)
     if attempt == "previous":
-        earlier = (select(CellRow.run_id, CellRow.cell_key, func.max(CellRow.attempt).label("attempt"))
-                   .where(CellRow.is_current.is_(False)).group_by(CellRow.run_id, CellRow.cell_key).subquery())
+        earlier = (
+            select(CellRow.run_id, CellRow.cell_key, func.max(CellRow.attempt).label("attempt"))
+            .where(CellRow.is_current.is_(False))
+            .group_by(CellRow.run_id, CellRow.cell_key)
+            .subquery()
+        )
         return tuple_(CellRow.run_id, CellRow.cell_key, CellRow.attempt).in_(
-            select(earlier.c.run_id, earlier.c.cell_key, earlier.c.attempt))
+            select(earlier.c.run_id, earlier.c.cell_key, earlier.c.attempt)
+        )
     return CellRow.attempt == int(attempt)
 
 
 def load_cells(engine: Engine, run_ids: list[int] | None = None, attempt: str = "current") -> pd.DataFrame:
-    query = select(CellRow.id.label("cell_id"), *(getattr(CellRow, c) for c in CELL_COLUMNS), Run.hardware,
-                   Run.name.label("run_name"), Run.provenance, Run.device).join(Run).where(_attempts(attempt))
+    query = (
+        select(
+            CellRow.id.label("cell_id"),
+            *(getattr(CellRow, c) for c in CELL_COLUMNS),
+            Run.hardware,
+            Run.name.label("run_name"),
+            Run.provenance,
+            Run.device,
+        )
+        .join(Run)
+        .where(_attempts(attempt))
+    )
     if run_ids is not None:
         query = query.where(CellRow.run_id.in_(run_ids))
     with engine.connect() as connection:
         rows = connection.execute(query).mappings().all()
-    frame = pd.DataFrame([dict(r) for r in rows],
-                         columns=["cell_id", *CELL_COLUMNS, "hardware", "run_name", "provenance", "device"])
+    frame = pd.DataFrame(
+        [dict(r) for r in rows], columns=["cell_id", *CELL_COLUMNS, "hardware", "run_name", "provenance", "device"]
+    )
     frame = frame.astype({column: "Int64" for column in INTEGER_COLUMNS})
     frame["predicted_bytes"] = pd.array(_predictions_for(engine, frame), dtype="Int64")
-    frame["text"] = [cell_text(r.status, *(None if pd.isna(v) else v for v in (r.sec_per_step, r.peak_bytes, r.iqr_s,
-                                                                                r.predicted_bytes)))
-                     for r in frame.itertuples()]
+    frame["text"] = [
+        cell_text(
+            r.status, *(None if pd.isna(v) else v for v in (r.sec_per_step, r.peak_bytes, r.iqr_s, r.predicted_bytes))
+        )
+        for r in frame.itertuples()
+    ]
     return frame
 
 
@@ -88,9 +154,12 @@ def _device_kind(device: str | None) -> str:
 def _predictions_for(engine: Engine, frame: pd.DataFrame) -> list[float | None]:
     """For each cell that did not run to a figure (OOM, unsupported, ...), the latest prediction of
     the same cell on the same kind of device; None elsewhere. Predicted cells carry their own."""
-    query = (select(CellRow.cell_key, CellRow.peak_bytes, Run.device).join(Run)
-             .where(Run.provenance == "predicted", CellRow.peak_bytes.is_not(None))
-             .order_by(CellRow.recorded_at))
+    query = (
+        select(CellRow.cell_key, CellRow.peak_bytes, Run.device)
+        .join(Run)
+        .where(Run.provenance == "predicted", CellRow.peak_bytes.is_not(None))
+        .order_by(CellRow.recorded_at)
+    )
     with engine.connect() as connection:
         latest = {(key, _device_kind(device)): peak for key, peak, device in connection.execute(query)}
 

@@ -1,6 +1,7 @@
 """The one result type: what a scenario (measure or predict) says about a cell. The store writes
 its fields as columns, reports read them back; a new measured field is added here and nowhere else.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -53,8 +54,11 @@ class CellResult:
 def step_statistics(samples: list[tuple[float, bool]]) -> dict[str, float | int | None]:
     """sec/step (the median), mean and IQR of the measured steps only; the first step's time."""
     measured = np.array([seconds for seconds, warmup in samples if not warmup])
-    statistics = {"first_step_s": samples[0][0] if samples else None,
-                  "warmup_steps": sum(1 for _, warmup in samples if warmup), "steps": len(measured)}
+    statistics = {
+        "first_step_s": samples[0][0] if samples else None,
+        "warmup_steps": sum(1 for _, warmup in samples if warmup),
+        "steps": len(measured),
+    }
     if not len(measured):
         return {**statistics, "sec_per_step": None, "mean_s": None, "iqr_s": None}
     q1, median, q3 = np.percentile(measured, [25, 50, 75])

@@ -3,6 +3,7 @@
 Every byte and count column is 64-bit (PostgreSQL's INTEGER is 32-bit: a 24 GiB peak would not
 fit). A cell re-run is a new attempt; the earlier ones stay, marked not current.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -63,8 +64,10 @@ class Run(Base):
 
 class CellRow(Base):
     __tablename__ = "cells"
-    __table_args__ = (UniqueConstraint("run_id", "cell_key", "attempt"),
-                      Index("ix_cells_current", "run_id", "is_current"))
+    __table_args__ = (
+        UniqueConstraint("run_id", "cell_key", "attempt"),
+        Index("ix_cells_current", "run_id", "is_current"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(Integer, ForeignKey("runs.id"), index=True)
@@ -118,8 +121,9 @@ class CellRow(Base):
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     recorded_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=now)
     run: Mapped[Run] = relationship(back_populates="cells")
-    samples: Mapped[list[Sample]] = relationship(back_populates="cell", cascade="all, delete-orphan",
-                                                 order_by="Sample.step")
+    samples: Mapped[list[Sample]] = relationship(
+        back_populates="cell", cascade="all, delete-orphan", order_by="Sample.step"
+    )
 
 
 class Sample(Base):

@@ -1,4 +1,5 @@
 """What became of a cell: the statuses, their words in the docs' tables, and which are retried."""
+
 from __future__ import annotations
 
 from enum import StrEnum
@@ -18,12 +19,19 @@ class Status(StrEnum):
 
 # The docs' words for statuses in a table cell; reading a table maps them back.
 TEXT = {
-    Status.OK: "ok", Status.OOM: "OOM", Status.HOST_OOM: "OOM (host)", Status.FAILED: "failed",
-    Status.UNSUPPORTED: "unsupported", Status.TIMEOUT: "timeout", Status.CRASHED: "crashed",
-    Status.INVALID: "invalid", Status.PREDICTED_OOM: "OOM (predicted)",
+    Status.OK: "ok",
+    Status.OOM: "OOM",
+    Status.HOST_OOM: "OOM (host)",
+    Status.FAILED: "failed",
+    Status.UNSUPPORTED: "unsupported",
+    Status.TIMEOUT: "timeout",
+    Status.CRASHED: "crashed",
+    Status.INVALID: "invalid",
+    Status.PREDICTED_OOM: "OOM (predicted)",
 }
-FROM_TEXT = {TEXT[s]: s for s in (Status.OOM, Status.FAILED, Status.UNSUPPORTED, Status.TIMEOUT, Status.CRASHED,
-                                  Status.INVALID)}
+FROM_TEXT = {
+    TEXT[s]: s for s in (Status.OOM, Status.FAILED, Status.UNSUPPORTED, Status.TIMEOUT, Status.CRASHED, Status.INVALID)
+}
 RETRYABLE = (Status.FAILED, Status.TIMEOUT, Status.CRASHED)  # what run.rerun=failed runs again
 # Statuses that say something about memory (diff reports their transitions as fit changes).
 OUT_OF_MEMORY = (Status.OOM, Status.PREDICTED_OOM)

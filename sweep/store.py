@@ -5,6 +5,7 @@ workers) writing one file serialise instead of failing or losing rows. Each cell
 one transaction: an interrupted sweep leaves only whole cells behind. A write that loses its
 PostgreSQL connection (a server restart) reconnects and tries again; nothing is half-written.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -56,8 +57,22 @@ def _sqlite_pragmas(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
-                       "fuse.sshfs", "fuse.glusterfs", "9p", "afs"}
+NETWORK_FILESYSTEMS = {
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "fuse.sshfs",
+    "fuse.glusterfs",
+    "9p",
+    "afs",
+}
 
 
 def filesystem_of(path: Path, mounts: str | None = None) -> tuple[str, str]:
@@ -91,9 +106,11 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
             raise StoreError(f"database directory {path.parent} does not exist")
     mount, kind = filesystem_of(path.resolve())
     if kind in NETWORK_FILESYSTEMS:
-        raise StoreError(f"database {path} is on a network file system ({kind} at {mount}): SQLite's locking is "
-                         f"not safe there and rows from parallel cells can be lost; use a PostgreSQL URL "
-                         f"(db.url=postgresql+psycopg://user:password@host/database)")
+        raise StoreError(
+            f"database {path} is on a network file system ({kind} at {mount}): SQLite's locking is "
+            f"not safe there and rows from parallel cells can be lost; use a PostgreSQL URL "
+            f"(db.url=postgresql+psycopg://user:password@host/database)"
+        )
     if path.exists() and path.stat().st_size:
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
@@ -131,8 +148,9 @@ def open_store(url: str, create: bool = True) -> Engine:
     except (DatabaseError, OperationalError, SchemaTooNew) as error:
         engine.dispose()
         reason = getattr(error, "orig", None) or error
-        raise StoreError(f"cannot open database {parsed.render_as_string(hide_password=True)}: "
-                         f"{str(reason).strip().splitlines()[0]}") from None
+        raise StoreError(
+            f"cannot open database {parsed.render_as_string(hide_password=True)}: {str(reason).strip().splitlines()[0]}"
+        ) from None
     return engine
 
 
@@ -140,8 +158,12 @@ def check_url(url: str) -> None:
     """StoreError where `url` cannot be used for a sweep, without creating a database that is not
     there yet (the first recorded cell does)."""
     parsed = make_url(url) if "://" in url else None
-    if parsed is not None and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
-            and not Path(parsed.database).exists():
+    if (
+        parsed is not None
+        and parsed.get_backend_name() == "sqlite"
+        and parsed.database not in (None, "", ":memory:")
+        and not Path(parsed.database).exists()
+    ):
         _check_sqlite_file(Path(parsed.database), create=True)
         return
     open_store(url).dispose()
@@ -158,8 +180,10 @@ def _read_only(file: Path) -> Engine:
         raise StoreError(f"cannot open database {file}: {error.orig}") from None
     if version != SCHEMA_VERSION:
         engine.dispose()
-        raise StoreError(f"database {file} is read-only and has schema version {version}; this ckpt-sweep reads "
-                         f"version {SCHEMA_VERSION}: upgrade a writable copy (any ckpt-sweep verb upgrades it)")
+        raise StoreError(
+            f"database {file} is read-only and has schema version {version}; this ckpt-sweep reads "
+            f"version {SCHEMA_VERSION}: upgrade a writable copy (any ckpt-sweep verb upgrades it)"
+        )
     return engine
 
 
@@ -190,10 +214,12 @@ def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str 
     """The run's id, creating it if needed; an existing run's environment and config are refreshed
     (they describe its latest cells). Workers that start at once race on the insert: the loser (a
     unique-constraint violation on PostgreSQL) reads the winner's row."""
+
     def write() -> int:
         with Session(engine) as session, session.begin():
-            run = session.scalar(select(Run).where(Run.name == name, Run.hardware == hardware,
-                                                   Run.provenance == provenance))
+            run = session.scalar(
+                select(Run).where(Run.name == name, Run.hardware == hardware, Run.provenance == provenance)
+            )
             if run is None:
                 run = Run(name=name, hardware=hardware, provenance=provenance, **fields)
                 session.add(run)
@@ -212,9 +238,12 @@ def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str 
 def runs_recorded_since(engine: Engine, names: list[str], since: dt.datetime) -> dict[int, dict[str, int]]:
     """Runs named `names` with cells recorded at or after `since` -> status -> count of those cells
     (what a sweep wrote, whichever processes or nodes its cells ran on)."""
-    query = (select(CellRow.run_id, CellRow.status, func.count()).join(Run)
-             .where(Run.name.in_(names), CellRow.recorded_at >= since, CellRow.is_current.is_(True))
-             .group_by(CellRow.run_id, CellRow.status))
+    query = (
+        select(CellRow.run_id, CellRow.status, func.count())
+        .join(Run)
+        .where(Run.name.in_(names), CellRow.recorded_at >= since, CellRow.is_current.is_(True))
+        .group_by(CellRow.run_id, CellRow.status)
+    )
     counts: dict[int, dict[str, int]] = {}
     with engine.connect() as connection:
         for run_id, status, count in connection.execute(query):
@@ -233,7 +262,8 @@ def finish_run(engine: Engine, run_id: int) -> None:
 def completed_cells(engine: Engine, run_id: int) -> dict[str, tuple[str, int | None, int | None]]:
     """cell key -> (status, measured steps, warmup steps) of every cell's current attempt in the run."""
     query = select(CellRow.cell_key, CellRow.status, CellRow.steps, CellRow.warmup_steps).where(
-        CellRow.run_id == run_id, CellRow.is_current.is_(True))
+        CellRow.run_id == run_id, CellRow.is_current.is_(True)
+    )
     with Session(engine) as session:
         return {key: (status, steps, warmup) for key, status, steps, warmup in session.execute(query)}
 
@@ -247,8 +277,13 @@ def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
     ids = []
     with Session(engine) as session, session.begin():
         for published in runs:
-            run = session.scalar(select(Run).where(Run.name == published["name"], Run.hardware == published["hardware"],
-                                                   Run.provenance == published["provenance"]))
+            run = session.scalar(
+                select(Run).where(
+                    Run.name == published["name"],
+                    Run.hardware == published["hardware"],
+                    Run.provenance == published["provenance"],
+                )
+            )
             if run is None:
                 run = Run(name=published["name"], hardware=published["hardware"], provenance=published["provenance"])
                 session.add(run)
@@ -262,30 +297,64 @@ def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
     return ids
 
 
-def _cell_row(cell: dict, key: str, result: CellResult, worker: dict | None = None, shape: dict | None = None,
-              versions: dict | None = None, attempt: int = 1) -> CellRow:
+def _cell_row(
+    cell: dict,
+    key: str,
+    result: CellResult,
+    worker: dict | None = None,
+    shape: dict | None = None,
+    versions: dict | None = None,
+    attempt: int = 1,
+) -> CellRow:
     row = CellRow(
-        cell_key=key, attempt=attempt, is_current=True, family=cell["family"], preset=cell["preset"],
-        mode=cell["mode"], backend=cell.get("backend"), interval=cell.get("interval"), stride=cell.get("stride"),
-        offload_attention=cell.get("offload_attention"), quantization=cell.get("quantization", "none"),
-        training=cell.get("training"), config=cell, worker=worker, versions=versions,
-        host=(worker or {}).get("host"), wall_s=result.timings.get("wall_s"),
-        **{k: (shape or {}).get(k) for k in SHAPE_COLUMNS}, **result.columns(),
+        cell_key=key,
+        attempt=attempt,
+        is_current=True,
+        family=cell["family"],
+        preset=cell["preset"],
+        mode=cell["mode"],
+        backend=cell.get("backend"),
+        interval=cell.get("interval"),
+        stride=cell.get("stride"),
+        offload_attention=cell.get("offload_attention"),
+        quantization=cell.get("quantization", "none"),
+        training=cell.get("training"),
+        config=cell,
+        worker=worker,
+        versions=versions,
+        host=(worker or {}).get("host"),
+        wall_s=result.timings.get("wall_s"),
+        **{k: (shape or {}).get(k) for k in SHAPE_COLUMNS},
+        **result.columns(),
     )
     row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.samples)]
     return row
 
 
-def record_cell(engine: Engine, run_id: int, cell: dict, key: str, result: CellResult, worker: dict | None = None,
-                shape: dict | None = None, versions: dict | None = None) -> int:
+def record_cell(
+    engine: Engine,
+    run_id: int,
+    cell: dict,
+    key: str,
+    result: CellResult,
+    worker: dict | None = None,
+    shape: dict | None = None,
+    versions: dict | None = None,
+) -> int:
     """Record one attempt of a cell with its samples, in one transaction; earlier attempts stay, no
     longer current. Returns the attempt number."""
+
     def write() -> int:
         with Session(engine) as session, session.begin():
-            attempts = session.scalar(select(func.max(CellRow.attempt)).where(
-                CellRow.run_id == run_id, CellRow.cell_key == key)) or 0
-            session.execute(update(CellRow).where(CellRow.run_id == run_id, CellRow.cell_key == key)
-                            .values(is_current=False))
+            attempts = (
+                session.scalar(
+                    select(func.max(CellRow.attempt)).where(CellRow.run_id == run_id, CellRow.cell_key == key)
+                )
+                or 0
+            )
+            session.execute(
+                update(CellRow).where(CellRow.run_id == run_id, CellRow.cell_key == key).values(is_current=False)
+            )
             row = _cell_row(cell, key, result, worker=worker, shape=shape, versions=versions, attempt=attempts + 1)
             row.run_id = run_id
             session.add(row)

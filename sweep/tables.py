@@ -1,4 +1,5 @@
 """The docs' table vocabulary: cell text, column names, markdown pipe tables and splice markers."""
+
 from __future__ import annotations
 
 import math
@@ -15,16 +16,26 @@ NOISE_THRESHOLD = 0.10  # IQR / median above this marks a cell as noisy
 NOISY_MARK = " ~"
 NOT_RUN = "not run"
 # The docs' column names for the synthetic sweep, in the docs' order; family matrices use mode names.
-SYNTHETIC_COLUMNS = {"none": "No checkpoint", "torch-ffn": "Torch FFN", "unsloth-ffn": "Unsloth FFN",
-                     "layer": "Torch layer", "unsloth": "Unsloth layer"}
+SYNTHETIC_COLUMNS = {
+    "none": "No checkpoint",
+    "torch-ffn": "Torch FFN",
+    "unsloth-ffn": "Unsloth FFN",
+    "layer": "Torch layer",
+    "unsloth": "Unsloth layer",
+}
 FAMILY_MODES = list(MODES)  # the family tables' columns: the docs' modes in the docs' order
 MODE_BY_COLUMN = {**{label: mode for mode, label in SYNTHETIC_COLUMNS.items()}, **{m: m for m in FAMILY_MODES}}
 QUANTIZATION_ORDER = list(QUANTIZATION_NAMES)  # the docs' row order
 _MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<gib>\d+(?:\.\d+)?) GiB(?P<noisy> ~)?$")
 
 
-def cell_text(status: str, sec_per_step: float | None, peak_bytes: int | None, iqr_s: float | None = None,
-              predicted_bytes: int | None = None) -> str:
+def cell_text(
+    status: str,
+    sec_per_step: float | None,
+    peak_bytes: int | None,
+    iqr_s: float | None = None,
+    predicted_bytes: int | None = None,
+) -> str:
     """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%. A prediction has no
     time: `predicted 4.43 GiB`; a status cell with a prediction for it: `OOM (predicted 95.31 GiB)`."""
     if status != "ok":
@@ -47,8 +58,9 @@ def parse_cell(text: str) -> dict | None:
         return {"status": FROM_TEXT[text]}
     match = _MEASURED.match(text)
     if not match:
-        raise ValueError(f"cannot parse cell {text!r}: expected '0.0166s / 4.43 GiB' or one of "
-                         f"{', '.join([*FROM_TEXT, NOT_RUN])}")
+        raise ValueError(
+            f"cannot parse cell {text!r}: expected '0.0166s / 4.43 GiB' or one of {', '.join([*FROM_TEXT, NOT_RUN])}"
+        )
     return {"status": Status.OK, "sec_per_step": float(match["sec"]), "peak_bytes": round(float(match["gib"]) * GIB)}
 
 

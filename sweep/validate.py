@@ -1,5 +1,6 @@
 """Everything that would make cells fail for a reason of the sweep's own making, named before any
 cell runs: one line per problem, nothing written."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,8 +19,23 @@ from .builders import BuilderError, builder_presets, import_builder, signature_p
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
-VALIDATED_KEYS = ("family", "preset", "training", "db", "run", "sweep", "predict", "predict_device", "card_gib",
-                  "skip_predicted_oom", "device", "dtype", "quantization", "launcher", "measure")
+VALIDATED_KEYS = (
+    "family",
+    "preset",
+    "training",
+    "db",
+    "run",
+    "sweep",
+    "predict",
+    "predict_device",
+    "card_gib",
+    "skip_predicted_oom",
+    "device",
+    "dtype",
+    "quantization",
+    "launcher",
+    "measure",
+)
 
 
 class SweepConfigError(ValueError):
@@ -32,8 +48,11 @@ def job_overrides(overrides: list) -> list[list[str]]:
     choices: dict[str, list[str]] = {}
     for override in overrides:
         key = override.get_key_element()
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() \
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
             else [override.get_value_element_as_str()]
+        )
         choices[key] = [f"{key}={value}" for value in values]
     return [list(job) for job in itertools.product(*choices.values())]
 
@@ -58,9 +77,12 @@ def override_problems(config: DictConfig) -> list[str]:
     loader = GlobalHydra.instance().config_loader()
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(list(config.hydra.overrides.task))
     known = [f.name for f in fields(ModeConfig)]
-    return [f"{o.get_key_element()}: not a mode setting; a mode has {', '.join(known)}" for o in parsed
-            if o.get_key_element().lstrip("+~").startswith("mode.")
-            and o.get_key_element().lstrip("+~").removeprefix("mode.") not in known]
+    return [
+        f"{o.get_key_element()}: not a mode setting; a mode has {', '.join(known)}"
+        for o in parsed
+        if o.get_key_element().lstrip("+~").startswith("mode.")
+        and o.get_key_element().lstrip("+~").removeprefix("mode.") not in known
+    ]
 
 
 def job_value(job: DictConfig, key: str):
@@ -104,8 +126,10 @@ def builder_problems(job: DictConfig) -> list[str]:
 def launcher_problems(job: DictConfig) -> list[str]:
     target = str(OmegaConf.select(job, "hydra.launcher._target_") or "")
     if "SlurmLauncher" in target and str(job.db.url).startswith("sqlite"):
-        return ["launcher=slurm runs cells on many nodes, which cannot share a SQLite file safely: "
-                "set db.url to a PostgreSQL URL (postgresql+psycopg://user:password@host/database)"]
+        return [
+            "launcher=slurm runs cells on many nodes, which cannot share a SQLite file safely: "
+            "set db.url to a PostgreSQL URL (postgresql+psycopg://user:password@host/database)"
+        ]
     return []
 
 
@@ -129,19 +153,25 @@ def device_problems(device: str, skip_predicted_oom: bool, card_gib) -> list[str
         import torch
 
         if not torch.backends.cuda.is_built():
-            return [f"device={device}, but this torch ({torch.__version__}) was built without CUDA: install a CUDA "
-                    f"build of torch, or use device=cpu"]
+            return [
+                f"device={device}, but this torch ({torch.__version__}) was built without CUDA: install a CUDA "
+                f"build of torch, or use device=cpu"
+            ]
         visible = gpus.count()
         if gpus.device_index(resolved) >= visible:
-            return [f"device={device}, but {visible} GPU(s) are visible to this process (NVML, CUDA_VISIBLE_DEVICES="
-                    f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"]
+            return [
+                f"device={device}, but {visible} GPU(s) are visible to this process (NVML, CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+            ]
     if skip_predicted_oom and card_gib is None:
         if resolved == "cpu":
             return ["skip_predicted_oom on a CPU needs a card size: set card_gib"]
         gpu = environment.gpu_info(resolved)
         if gpu.get("memory_bytes") is None:
-            return [f"skip_predicted_oom needs the card's memory, and NVML cannot tell it for {resolved} "
-                    f"({gpu.get('memory_note') or 'no NVML'}): set card_gib"]
+            return [
+                f"skip_predicted_oom needs the card's memory, and NVML cannot tell it for {resolved} "
+                f"({gpu.get('memory_note') or 'no NVML'}): set card_gib"
+            ]
     return []
 
 

@@ -1,6 +1,7 @@
 """A PostgreSQL server for the tests that need one: CKPT_SWEEP_POSTGRES_URL (.ci/run sets it), else a
 server scripts/postgres.sh can start here, else the tests skip and say why. Each test gets a fresh
 database, dropped afterwards."""
+
 from __future__ import annotations
 
 import os
@@ -18,12 +19,15 @@ def postgres_reason() -> str | None:
     if os.environ.get("CKPT_SWEEP_POSTGRES_URL"):
         return None
     started = shutil.which("pg_ctlcluster") and subprocess.run(
-        [str(ROOT / "scripts" / "postgres.sh"), "start"], capture_output=True, text=True)
+        [str(ROOT / "scripts" / "postgres.sh"), "start"], capture_output=True, text=True
+    )
     if started and started.returncode == 0:
         os.environ["CKPT_SWEEP_POSTGRES_URL"] = started.stdout.strip()
         return None
-    return ("no PostgreSQL server: CKPT_SWEEP_POSTGRES_URL is unset and none could be started here "
-            "(scripts/postgres.sh start installs and starts one; .ci/run does)")
+    return (
+        "no PostgreSQL server: CKPT_SWEEP_POSTGRES_URL is unset and none could be started here "
+        "(scripts/postgres.sh start installs and starts one; .ci/run does)"
+    )
 
 
 def admin(statement: str) -> None:

@@ -1,4 +1,5 @@
 """Run the real `ckpt-sweep` console script in a subprocess, as a user would."""
+
 from __future__ import annotations
 
 import os
@@ -21,18 +22,30 @@ def sweep_env(extra: dict | None = None) -> dict:
 
 
 def sweep_args(db: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "sweep.cli", "run", f"db.url=sqlite:///{db}", f"hydra.sweep.dir={db.parent}/multirun",
-            f"hydra.searchpath=[file://{SUPPORT / 'conf'}]", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "sweep.cli",
+        "run",
+        f"db.url=sqlite:///{db}",
+        f"hydra.sweep.dir={db.parent}/multirun",
+        f"hydra.searchpath=[file://{SUPPORT / 'conf'}]",
+        *overrides,
+    ]
 
 
-def run_sweep(db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(extra_env), cwd=ROOT,
-                          timeout=timeout)
+def run_sweep(
+    db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(extra_env), cwd=ROOT, timeout=timeout
+    )
 
 
 def start_sweep(db: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen(sweep_args(db, *overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=sweep_env(), cwd=ROOT)
+    return subprocess.Popen(
+        sweep_args(db, *overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sweep_env(), cwd=ROOT
+    )
 
 
 def query(db: Path, sql: str) -> list[tuple]:

@@ -38,8 +38,9 @@ def test_reference_has_gradients(training):
     assert grads and all(g.abs().sum() > 0 for name, g in grads.items() if "lora_A" not in name)
 
 
-@pytest.mark.parametrize("backend, schedule, offload_attention",
-                         list(itertools.product(BACKENDS, SCHEDULES, [False, True])))
+@pytest.mark.parametrize(
+    "backend, schedule, offload_attention", list(itertools.product(BACKENDS, SCHEDULES, [False, True]))
+)
 def test_loss_and_every_gradient_bitwise_equal(backend, schedule, offload_attention):
     reference_loss, reference_grads, _ = run_step(None)
     config = CheckpointConfig(backend, *schedule, offload_attention=offload_attention, min_offload_bytes=0)
@@ -204,10 +205,19 @@ def test_ungroupable_lists_refuse_intervals_but_allow_per_block():
     ckptlib.apply(model, CheckpointConfig("torch"), spec).remove()
 
 
-@pytest.mark.parametrize("config, message", [
-    (CheckpointConfig("torch-ffn"), "toy: backend torch-ffn unsupported: the model declares no feed-forward boundary"),
-    (CheckpointConfig("torch", offload_attention=True), "toy: offload_attention unsupported: the model declares no attention"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            CheckpointConfig("torch-ffn"),
+            "toy: backend torch-ffn unsupported: the model declares no feed-forward boundary",
+        ),
+        (
+            CheckpointConfig("torch", offload_attention=True),
+            "toy: offload_attention unsupported: the model declares no attention",
+        ),
+    ],
+)
 def test_missing_capabilities_raise_instead_of_running_another_mode(config, message):
     with pytest.raises(UnsupportedModeError, match=message):
         ckptlib.apply(TupleModel(), config, BlockSpec(block_lists=["blocks"], name="toy"))
@@ -225,11 +235,14 @@ def flops(fn) -> int:
 
 
 @pytest.mark.parametrize("early_stop", [False, True])
-@pytest.mark.parametrize("backend, schedule", list(itertools.product(["torch", "unsloth", "torch-ffn", "unsloth-ffn"], SCHEDULES)))
+@pytest.mark.parametrize(
+    "backend, schedule", list(itertools.product(["torch", "unsloth", "torch-ffn", "unsloth-ffn"], SCHEDULES))
+)
 def test_backward_recomputes_exactly_the_checkpointed_forward_flops(backend, schedule, early_stop):
     """Recompute adds each checkpointed block's (or FFN's) forward once. With torch's default early
     stop, recompute also ends as soon as the last saved tensor exists, which skips each region's
     final matmul (autograd saves an op's inputs before running it)."""
+
     def step(config):
         work = synthetic.build("tiny-odd", training="full", dropout=0.0)
         handle = ckptlib.apply(work.model, config, work.spec) if config else None
@@ -255,6 +268,7 @@ def test_backward_recomputes_exactly_the_checkpointed_forward_flops(backend, sch
 def test_offloaded_region_inputs_leave_the_device(training):
     """After forward, unsloth holds fewer device bytes than torch by the offloaded region inputs
     (all but the first, which is the caller's own input and is not offloaded)."""
+
     def live_after_forward(backend):
         work = synthetic.build("tiny", training=training)
         handle = ckptlib.apply(work.model, CheckpointConfig(backend, min_offload_bytes=0), work.spec)

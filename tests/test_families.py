@@ -1,5 +1,6 @@
 """Every registered family: tiny presets train under every mode with unchanged gradients; real
 presets have their published sizes."""
+
 import re
 
 import pytest
@@ -19,7 +20,9 @@ MODES = {
     "torch-ffn": CheckpointConfig("torch-ffn"),
     "unsloth-ffn": CheckpointConfig("unsloth-ffn", min_offload_bytes=0),
     "activation-offload": CheckpointConfig("none", offload_attention=True, min_offload_bytes=0),
-    "seg2-stride4-offload": CheckpointConfig("torch", interval=2, stride=4, offload_attention=True, min_offload_bytes=0),
+    "seg2-stride4-offload": CheckpointConfig(
+        "torch", interval=2, stride=4, offload_attention=True, min_offload_bytes=0
+    ),
 }
 
 
@@ -55,9 +58,15 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
     except UnsupportedModeError as error:
         # Only a declared gap may refuse, and it must say which family and why.
         assert str(error).startswith(family.docs_name + ":")
-        declared = ((config.ffn_only and not family.feed_forward) or (config.offload_attention and not family.attention)
-                    or ((config.interval or 1) > 1 and not config.ffn_only
-                        and None in handle_free_spec(name).conventions.values()))
+        declared = (
+            (config.ffn_only and not family.feed_forward)
+            or (config.offload_attention and not family.attention)
+            or (
+                (config.interval or 1) > 1
+                and not config.ffn_only
+                and None in handle_free_spec(name).conventions.values()
+            )
+        )
         assert declared, str(error)
         return
     assert torch.equal(loss, reference_loss)
@@ -71,8 +80,11 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
     assert report.regions_run == (sum(len(p.regions) for p in plans.values()) if whole_block else 0)
     assert report.blocks_recomputed == (sum(len(p.checkpointed_blocks) for p in plans.values()) if whole_block else 0)
     if config.ffn_only:
-        declared = sum(len(find_submodules(handle.model.get_submodule(path)[i], family.feed_forward))
-                       for path, p in plans.items() for i in p.checkpointed_blocks)
+        declared = sum(
+            len(find_submodules(handle.model.get_submodule(path)[i], family.feed_forward))
+            for path, p in plans.items()
+            for i in p.checkpointed_blocks
+        )
         assert report.ffn_regions_run == declared > 0
         # an FFN whose output nothing uses (the text stream after the last joint block) is never recomputed
         assert 0 < report.ffn_recomputed <= report.ffn_regions_run
@@ -120,8 +132,9 @@ def test_tiny_sweep_over_all_families_has_no_failures(tmp_path):
     from tests.sweep_helpers import query, run_sweep
 
     db = tmp_path / "families.db"
-    done = run_sweep(db, "sweep=families-tiny", "mode=interval2", "measure.warmup_steps=0", "measure.steps=1",
-                     timeout=900)
+    done = run_sweep(
+        db, "sweep=families-tiny", "mode=interval2", "measure.warmup_steps=0", "measure.steps=1", timeout=900
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert query(db, "select count(*) from cells") == [(len(FAMILIES),)]
     statuses = dict(query(db, "select status, count(*) from cells group by status"))
@@ -129,7 +142,9 @@ def test_tiny_sweep_over_all_families_has_no_failures(tmp_path):
     grouped = [n for n in BUILDABLE if None not in handle_free_spec(n).conventions.values()]
     assert statuses["ok"] == len(grouped)
     assert query(db, "select count(*) from cells where family = 'flux1' and tokens = 16 and height = 64") == [(1,)]
-    assert query(db, "select count(*) from cells where status = 'unsupported' and (reason is null or reason = '')") == [(0,)]
+    assert query(db, "select count(*) from cells where status = 'unsupported' and (reason is null or reason = '')") == [
+        (0,)
+    ]
 
 
 ROTARY = re.compile("rotary|rope|freqs")  # diffusers computes rotary tables in fp32 in every family
@@ -160,16 +175,21 @@ def test_every_family_trains_in_bf16_with_bf16_blocks(name):
         seen = {}
         for path in work.spec.block_lists:
             for block in work.model.get_submodule(path):
+
                 def record(module, args, kwargs, forward=block.forward, seen=seen):
                     for arg, tensor in floating_inputs(forward, args, kwargs):
                         seen.setdefault(arg, set()).add(tensor.dtype)
+
                 block.register_forward_pre_hook(record, with_kwargs=True)
         if config is not None:
             ckptlib.apply(work.model, config, work.spec)
         assert torch.isfinite(work.step()), (name, config)
         assert seen, name
-        leaked = {arg: dtypes for arg, dtypes in seen.items() if dtypes != {torch.bfloat16}
-                  and arg not in family.fp32_inputs and not ROTARY.search(arg)}
+        leaked = {
+            arg: dtypes
+            for arg, dtypes in seen.items()
+            if dtypes != {torch.bfloat16} and arg not in family.fp32_inputs and not ROTARY.search(arg)
+        }
         assert not leaked, (name, leaked)
 
 
@@ -191,7 +211,11 @@ def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
     family = get(name)
     patch_t, patch = family.latents.patches(constructor_config(family.model_class(), family.config("tiny")))
     scale, tiny = family.latents.spatial * patch, family.presets["tiny"].shape
-    shape = {"height": 6 * scale if tiny.height > 1 else 1, "width": 4 * scale if tiny.width > 1 else 1, "text_tokens": 7}
+    shape = {
+        "height": 6 * scale if tiny.height > 1 else 1,
+        "width": 4 * scale if tiny.width > 1 else 1,
+        "text_tokens": 7,
+    }
     if tiny.frames:
         shape["frames"] = 6 * patch_t if name == "ace-step" else 1 + family.latents.temporal * (3 * patch_t - 1)
     described = describe_shape(name, "tiny", **shape)
@@ -201,9 +225,15 @@ def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
     sizes = set()
     for path in work.spec.block_lists:
         for block in work.model.get_submodule(path):
+
             def record(module, args, kwargs):
-                sizes.update(n for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.dim() in (2, 3)
-                             for n in t.shape)
+                sizes.update(
+                    n
+                    for t in (*args, *kwargs.values())
+                    if isinstance(t, torch.Tensor) and t.dim() in (2, 3)
+                    for n in t.shape
+                )
+
             block.register_forward_pre_hook(record, with_kwargs=True)
     work.step()
     expected = {image, image + 7} if name not in PACKED_SEQUENCES else {PACKED_SEQUENCES[name](image, 7)}
@@ -212,7 +242,13 @@ def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
 
 def test_flux1_dev_sees_4096_image_tokens_at_1024_and_wan_14b_32760():
 
-    assert describe_shape("flux1", "dev") == {"tokens": 4096, "text_tokens": 512, "height": 1024, "width": 1024,
-                                              "frames": None, "batch": 1}
+    assert describe_shape("flux1", "dev") == {
+        "tokens": 4096,
+        "text_tokens": 512,
+        "height": 1024,
+        "width": 1024,
+        "frames": None,
+        "batch": 1,
+    }
     assert describe_shape("wan", "t2v-14b")["tokens"] == 21 * 30 * 52
     assert describe_shape("sdxl", "sdxl")["tokens"] is None  # a UNet: no token sequence

@@ -1,5 +1,6 @@
 """NVML's view of the visible GPUs, on a made-up machine (tests/support/fake_nvml.py): index,
 UUID and MIG names of CUDA_VISIBLE_DEVICES all find the right card, numbered in PCI bus order."""
+
 import pytest
 
 from sweep import environment, gpus
@@ -37,7 +38,7 @@ def test_uuids_and_their_prefixes_name_cards(machine):
 
 def test_a_mig_slice_reports_its_own_memory(machine):
     [slice_] = gpus.visible_gpus(MIG)
-    assert slice_.memory_bytes == 40 * 2 ** 30 and slice_.label == "H100 80GB HBM3 MIG 3g.40gb"
+    assert slice_.memory_bytes == 40 * 2**30 and slice_.label == "H100 80GB HBM3 MIG 3g.40gb"
     assert slice_.pci_bus_id == "00000000:9D:00.0" and slice_.capability == (9, 0)
     [legacy] = gpus.visible_gpus(f"MIG-{C}/1/0")
     assert legacy.uuid == MIG
@@ -55,8 +56,8 @@ def test_parsing_stops_at_the_first_entry_that_names_nothing(machine):
 def test_the_cells_device_picks_its_card_and_label(machine, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{B},{MIG}")
     assert environment.hardware_label("cuda") == "H100 80GB HBM3"
-    assert environment.device_memory_bytes("cuda:0") == 94 * 2 ** 30
-    assert environment.device_memory_bytes("cuda:1") == 40 * 2 ** 30
+    assert environment.device_memory_bytes("cuda:0") == 94 * 2**30
+    assert environment.device_memory_bytes("cuda:1") == 40 * 2**30
     assert environment.hardware_label("cuda:1") == "H100 80GB HBM3 MIG 3g.40gb"
     with pytest.raises(LookupError, match="cuda:2: only 2 GPU"):
         gpus.gpu_for("cuda:2")
@@ -78,7 +79,8 @@ def test_devices_this_machine_lacks_are_refused_before_anything_runs(machine, mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{A},{MIG}")
     assert device_problems("cuda:1", skip_predicted_oom=True, card_gib=None) == []
     assert device_problems("cuda:2", False, None) == [
-        f"device=cuda:2, but 2 GPU(s) are visible to this process (NVML, CUDA_VISIBLE_DEVICES={A},{MIG})"]
+        f"device=cuda:2, but 2 GPU(s) are visible to this process (NVML, CUDA_VISIBLE_DEVICES={A},{MIG})"
+    ]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # the MIG-enabled card by index
     [problem] = device_problems("cuda", True, None)
     assert problem.startswith("skip_predicted_oom needs the card's memory, and NVML cannot tell it for cuda")

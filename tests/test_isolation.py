@@ -1,4 +1,5 @@
 """The fork server and its children: fork safety on a (simulated) CUDA host, exit reasons."""
+
 import json
 import subprocess
 import sys
@@ -22,8 +23,9 @@ print("REPORT", json.dumps({"status": result.status, "reason": result.reason, **
 
 
 def probe(builder_module: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, builder_module], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, builder_module], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     return json.loads(lines[-1].removeprefix("REPORT "))
@@ -66,10 +68,13 @@ def test_guarded_initialisation_is_an_import_error_and_lifting_restores_torch():
     assert torch.cuda._lazy_init is original
 
 
-@pytest.mark.parametrize("code, reason", [
-    (-9, "child died by SIGKILL (likely the host OOM killer) before reporting"),
-    (-11, "child died by SIGSEGV before reporting"),
-    (3, "child exited with code 3 before reporting"),
-])
+@pytest.mark.parametrize(
+    "code, reason",
+    [
+        (-9, "child died by SIGKILL (likely the host OOM killer) before reporting"),
+        (-11, "child died by SIGSEGV before reporting"),
+        (3, "child exited with code 3 before reporting"),
+    ],
+)
 def test_exit_reasons(code, reason):
     assert exit_reason(code) == reason

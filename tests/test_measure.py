@@ -1,6 +1,7 @@
 """The measure scenario: sec/step is the median of the measured steps only; on CUDA every call
 names the cell's device, every timed step is bracketed by its synchronisation and the peaks are
 reset after warmup (torch.cuda stood in for by a recorder); exceptions map to the right status."""
+
 import pytest
 import torch
 
@@ -48,12 +49,20 @@ def cuda_log(monkeypatch):
         def call(*args, **kwargs):
             log.append((name, *args))
             return value
+
         return call
 
-    for name, value in {"set_device": None, "synchronize": None, "reset_peak_memory_stats": None,
-                        "reset_accumulated_memory_stats": None, "empty_cache": None, "max_memory_allocated": 2 ** 30,
-                        "max_memory_reserved": 2 ** 31, "memory_stats": {"num_alloc_retries": 3},
-                        "get_device_name": "NVIDIA H100 80GB HBM3"}.items():
+    for name, value in {
+        "set_device": None,
+        "synchronize": None,
+        "reset_peak_memory_stats": None,
+        "reset_accumulated_memory_stats": None,
+        "empty_cache": None,
+        "max_memory_allocated": 2**30,
+        "max_memory_reserved": 2**31,
+        "memory_stats": {"num_alloc_retries": 3},
+        "get_device_name": "NVIDIA H100 80GB HBM3",
+    }.items():
         monkeypatch.setattr(torch.cuda, name, recorder(name, value))
     original = torch.nn.Module.__call__
 
@@ -67,12 +76,18 @@ def cuda_log(monkeypatch):
 
 
 def test_every_cuda_call_names_the_cells_device_and_brackets_each_step(cuda_log):
-    cell = Cell(family="synthetic", builder="tests.support.cpu_builder.build", preset="tiny", mode="layer",
-                backend="torch", training="lora").as_dict()
+    cell = Cell(
+        family="synthetic",
+        builder="tests.support.cpu_builder.build",
+        preset="tiny",
+        mode="layer",
+        backend="torch",
+        training="lora",
+    ).as_dict()
     result = measure_cell(cell, MeasureSettings("cuda:1", warmup_steps=2, steps=3))
     assert result.status == "ok", result.reason
-    assert result.peak_bytes == 2 ** 30 and result.peak_reserved_bytes == 2 ** 31 and result.alloc_retries == 3
-    assert result.device_name == "NVIDIA H100 80GB HBM3" and result.first_step_peak_bytes == 2 ** 30
+    assert result.peak_bytes == 2**30 and result.peak_reserved_bytes == 2**31 and result.alloc_retries == 3
+    assert result.device_name == "NVIDIA H100 80GB HBM3" and result.first_step_peak_bytes == 2**30
     device_calls = [entry for entry in cuda_log if entry[0] not in ("forward", "empty_cache")]
     assert all(entry[1:] == (DEVICE,) for entry in device_calls), device_calls
     names = [entry[0] for entry in cuda_log]
@@ -93,28 +108,38 @@ class FakeDevice:
         self.used = used
 
     def peak_bytes(self):
-        return 79 * 2 ** 30
+        return 79 * 2**30
 
     def used_fraction(self):
         return self.used
 
 
-@pytest.mark.parametrize("error, used, status", [
-    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), 0.99, Status.OOM),
-    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)"), 0.5, Status.OOM),
-    (RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)"), 0.99, Status.OOM),
-    (RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)"), 0.30, Status.FAILED),
-    (RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"), 0.97, Status.OOM),
-    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried"), 0.1,
-     Status.HOST_OOM),
-    (MemoryError(), 0.1, Status.HOST_OOM),
-    (ValueError("shapes do not match"), 0.99, Status.FAILED),
-])
+@pytest.mark.parametrize(
+    "error, used, status",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), 0.99, Status.OOM),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)"), 0.5, Status.OOM),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)"), 0.99, Status.OOM),
+        (
+            RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)"),
+            0.30,
+            Status.FAILED,
+        ),
+        (RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"), 0.97, Status.OOM),
+        (
+            RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried"),
+            0.1,
+            Status.HOST_OOM,
+        ),
+        (MemoryError(), 0.1, Status.HOST_OOM),
+        (ValueError("shapes do not match"), 0.99, Status.FAILED),
+    ],
+)
 def test_exceptions_map_to_device_oom_host_oom_or_failure(error, used, status):
     result = classify(error, FakeDevice(used))
     assert result.status == status
     if status == Status.OOM:
-        assert result.peak_at_oom_bytes == 79 * 2 ** 30
+        assert result.peak_at_oom_bytes == 79 * 2**30
     if "NOT_INITIALIZED" in str(error) and status == Status.OOM:
         assert "99% of the device in use" in result.reason
     if status == Status.FAILED:
@@ -122,7 +147,13 @@ def test_exceptions_map_to_device_oom_host_oom_or_failure(error, used, status):
 
 
 def test_a_real_host_allocation_failure_is_a_host_oom():
-    cell = Cell(family="synthetic", builder="ckptlib.synthetic.build", preset="tiny", mode="none", backend="none",
-                shape={"tokens": 2 ** 40}).as_dict()
+    cell = Cell(
+        family="synthetic",
+        builder="ckptlib.synthetic.build",
+        preset="tiny",
+        mode="none",
+        backend="none",
+        shape={"tokens": 2**40},
+    ).as_dict()
     result = measure_cell(cell, MeasureSettings("cpu", warmup_steps=0, steps=1))
     assert result.status == Status.HOST_OOM and "can't allocate memory" in result.reason

@@ -1,6 +1,7 @@
 """The offloader's CUDA control flow, driven on a CPU by recording streams
 (tests/support/recording_streams.py): every ordering of NOTE [ Offload ordering ] holds, and the
 gradients are those of the unwrapped model."""
+
 import itertools
 
 import pytest
@@ -13,8 +14,14 @@ from tests.support import recording_streams
 SCHEDULES = [(None, None), (2, None), (2, 4)]
 # Every offloading combination that moves something (attention offload inside a recomputed block
 # has nothing to move: only seg2-stride4's plain blocks offload under torch).
-CASES = [(backend, schedule, False) for backend, schedule in itertools.product(["unsloth", "unsloth-ffn"], SCHEDULES)] \
-    + [("none", (None, None), True), ("torch", (2, 4), True), ("unsloth", (2, 4), True), ("torch-ffn", (None, None), True)]
+CASES = [
+    (backend, schedule, False) for backend, schedule in itertools.product(["unsloth", "unsloth-ffn"], SCHEDULES)
+] + [
+    ("none", (None, None), True),
+    ("torch", (2, 4), True),
+    ("unsloth", (2, 4), True),
+    ("torch-ffn", (None, None), True),
+]
 
 
 def gradients(config):
@@ -32,8 +39,9 @@ def test_every_copy_is_ordered_and_gradients_are_unchanged(monkeypatch, backend,
     reference_loss, reference = gradients(None)
     log = recording_streams.install(monkeypatch)
     recording_streams.watch_unpack(monkeypatch, log)
-    loss, grads = gradients(CheckpointConfig(backend, *schedule, offload_attention=offload_attention,
-                                             min_offload_bytes=0))
+    loss, grads = gradients(
+        CheckpointConfig(backend, *schedule, offload_attention=offload_attention, min_offload_bytes=0)
+    )
     assert torch.equal(loss, reference_loss)
     assert all(torch.equal(grads[k], g) for k, g in reference.items())
     kinds = [entry[0] for entry in log]
@@ -60,10 +68,18 @@ def test_the_checker_sees_a_missing_wait():
     assert any("ordering 1" in p for p in recording_streams.ordering_violations(copy_without_wait))
     freed_early = [("record", "compute", 0), ("wait", "copy", 0), ("to_host", "copy", 1, 100), ("free", 1)]
     assert any("ordering 2" in p for p in recording_streams.ordering_violations(freed_early))
-    overwritten = [("record", "compute", 0), ("wait", "copy", 0), ("to_host", "copy", 1, 100),
-                   ("to_device", "compute", 100, 2), ("record", "compute", 1),
-                   ("record", "compute", 2), ("wait", "copy", 0), ("to_host", "copy", 3, 100)]
+    overwritten = [
+        ("record", "compute", 0),
+        ("wait", "copy", 0),
+        ("to_host", "copy", 1, 100),
+        ("to_device", "compute", 100, 2),
+        ("record", "compute", 1),
+        ("record", "compute", 2),
+        ("wait", "copy", 0),
+        ("to_host", "copy", 3, 100),
+    ]
     assert any("ordering 3" in p for p in recording_streams.ordering_violations(overwritten))
     early_use = [("to_device", "prefetch", 100, 2), ("use", 2)]
-    assert recording_streams.ordering_violations(early_use) == ["1: a reloaded tensor used before the compute stream "
-                                                                "waited on its copy"]
+    assert recording_streams.ordering_violations(early_use) == [
+        "1: a reloaded tensor used before the compute stream waited on its copy"
+    ]

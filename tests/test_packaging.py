@@ -1,5 +1,6 @@
 """The installed wheel, not the checkout: configs and published tables ship inside the package,
 and `ckpt-sweep run` works from any directory."""
+
 import site
 import sqlite3
 import subprocess
@@ -11,8 +12,12 @@ from tests.sweep_helpers import ROOT
 
 def test_the_wheel_runs_a_sweep_outside_the_checkout(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(ROOT)], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     [wheel] = wheels.glob("ckpt_sweep-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "sweep/conf/config.yaml" in names and "sweep/conf/mode/layer.yaml" in names
@@ -22,22 +27,52 @@ def test_the_wheel_runs_a_sweep_outside_the_checkout(tmp_path):
     python = venv / "bin" / "python"
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
     # The dependencies come from this test's environment (a path, so its editable checkout is not picked up).
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "deps.pth").write_text(
-        "\n".join(site.getsitepackages()) + "\n")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (
+        venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "deps.pth"
+    ).write_text("\n".join(site.getsitepackages()) + "\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([python, "-c", "import sweep; print(sweep.__file__)"], capture_output=True, text=True,
-                           cwd=elsewhere, check=True).stdout
+    where = subprocess.run(
+        [python, "-c", "import sweep; print(sweep.__file__)"], capture_output=True, text=True, cwd=elsewhere, check=True
+    ).stdout
     assert where.startswith(purelib), where  # the installed package, not the checkout
-    done = subprocess.run([venv / "bin" / "ckpt-sweep", "run", "sweep=none", "preset=tiny", "mode=none,layer",
-                           "measure.warmup_steps=0", "measure.steps=1"], capture_output=True, text=True, cwd=elsewhere,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            venv / "bin" / "ckpt-sweep",
+            "run",
+            "sweep=none",
+            "preset=tiny",
+            "mode=none,layer",
+            "measure.warmup_steps=0",
+            "measure.steps=1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     with sqlite3.connect(elsewhere / "results.db") as db:
-        assert db.execute("select mode, status from cells order by mode").fetchall() == [("layer", "ok"), ("none", "ok")]
-    imported = subprocess.run([venv / "bin" / "ckpt-sweep", "import", "--db", "sqlite:///published.db",
-                               str(where.rpartition("/")[0] + "/published/unsloth-synthetic.md")],
-                              capture_output=True, text=True, cwd=elsewhere)
+        assert db.execute("select mode, status from cells order by mode").fetchall() == [
+            ("layer", "ok"),
+            ("none", "ok"),
+        ]
+    imported = subprocess.run(
+        [
+            venv / "bin" / "ckpt-sweep",
+            "import",
+            "--db",
+            "sqlite:///published.db",
+            str(where.rpartition("/")[0] + "/published/unsloth-synthetic.md"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+    )
     assert imported.returncode == 0 and "imported 4 published run(s)" in imported.stdout, imported.stderr

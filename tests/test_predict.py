@@ -1,5 +1,6 @@
 """ckptlib.predict: predicted peaks against measured tracked peaks of the same cells on CPU, the
 device model's effects, and predictions through the sweep, report, diff and advise."""
+
 import resource
 
 import pytest
@@ -57,20 +58,26 @@ def test_breakdown_adds_up_and_follows_the_mode():
         work = synthetic.build("cpu-256", training="full")
         assert prediction.breakdown["parameters"] == sum(p.numel() * 4 for p in work.model.parameters())
         assert prediction.breakdown["optimizer"] == 2 * prediction.breakdown["parameters"] + 4 * len(
-            list(work.model.parameters()))  # exp_avg, exp_avg_sq and a step counter per parameter
-    assert by_mode["layer"].breakdown["activations"] < by_mode["torch-ffn"].breakdown["activations"] \
+            list(work.model.parameters())
+        )  # exp_avg, exp_avg_sq and a step counter per parameter
+    assert (
+        by_mode["layer"].breakdown["activations"]
+        < by_mode["torch-ffn"].breakdown["activations"]
         < by_mode["none"].breakdown["activations"]
+    )
     assert by_mode["unsloth"].host_offload_bytes > 0 and by_mode["layer"].host_offload_bytes == 0
-    assert by_mode["unsloth"].report["offload"]["tensors_offloaded"] == 7  # regions - 1: region 0 reads the caller's input
+    assert (
+        by_mode["unsloth"].report["offload"]["tensors_offloaded"] == 7
+    )  # regions - 1: region 0 reads the caller's input
 
 
 def test_a_12_gib_model_predicts_without_allocating_it():
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     prediction = predict(synthetic.build, MODES["layer"], "cuda", preset="large-3072", training="frozen")
-    grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 2 ** 20
+    grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 2**20
     meta = synthetic.build("large-3072", training="frozen", device="meta")
     assert prediction.breakdown["parameters"] == sum(p.numel() for p in meta.model.parameters()) * 2  # bf16
-    assert prediction.peak_bytes > 12 * 2 ** 30 and grown_gib < 1.0
+    assert prediction.peak_bytes > 12 * 2**30 and grown_gib < 1.0
 
 
 def test_cuda_device_model_rounds_adds_workspace_and_never_materialises_scores():
@@ -101,6 +108,7 @@ def test_unknown_device_model_is_rejected():
 def test_gradients_of_a_real_run_are_untouched_by_the_storage_identity_change():
     """Offload keys on storage identity (fake tensors have no data pointers): real runs still offload
     and deduplicate, and their gradients are those of the unwrapped model."""
+
     def gradients(config):
         work = synthetic.build("tiny", training="full")
         work.optimizer = None
@@ -137,21 +145,25 @@ def test_predictions_through_the_sweep_report_diff_and_advise(tmp_path):
 
     done = run_sweep(db, *cells, *FAST[:2], "skip_predicted_oom=true", "card_gib=0.04")
     assert done.returncode == 0, done.stderr[-2000:]
-    measured = dict(query(db, "select mode, status from cells join runs on runs.id = run_id where provenance = 'measured'"))
+    measured = dict(
+        query(db, "select mode, status from cells join runs on runs.id = run_id where provenance = 'measured'")
+    )
     assert measured == {"none": "predicted-oom", "layer": "ok"}
 
     engine = open_store(f"sqlite:///{db}")
     frame = load_cells(engine, select_runs(engine))
     skipped = frame[(frame["provenance"] == "measured") & (frame["mode"] == "none")].iloc[0]
     [(predicted_none,)] = query(db, "select peak_bytes from cells where mode = 'none' and peak_bytes is not null")
-    assert skipped.text == f"OOM (predicted {predicted_none / 2 ** 30:.2f} GiB)"
+    assert skipped.text == f"OOM (predicted {predicted_none / 2**30:.2f} GiB)"
 
     result = diff_runs(engine, "predicted: cpu, 0.04 GiB card", frame[frame.provenance == "measured"].hardware.iloc[0])
     layer = result.cells[result.cells["mode"] == "layer"].iloc[0]
     assert layer.memory_ratio == pytest.approx(1.0, abs=TOLERANCE)
 
-    advice = advise(frame, "synthetic", 40 * 2 ** 20, margin=0.0)
-    assert advice.mode == "layer" and "predictions (predicted: cpu, 0.04 GiB card) stand in for 1 mode(s)" in str(advice)
+    advice = advise(frame, "synthetic", 40 * 2**20, margin=0.0)
+    assert advice.mode == "layer" and "predictions (predicted: cpu, 0.04 GiB card) stand in for 1 mode(s)" in str(
+        advice
+    )
     engine.dispose()
 
 

@@ -1,5 +1,6 @@
 """The quantization axis: each CPU-capable scheme really stores int8 weights and still trains
 LoRA; CUDA-only schemes and missing packages are `unsupported` with the reason."""
+
 import sys
 
 import pytest
@@ -60,7 +61,9 @@ def test_cuda_only_schemes_are_unsupported_on_cpu_with_the_reason(name):
 
 def test_a_missing_package_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "sdnq", None)  # import sdnq now raises ImportError
-    with pytest.raises(UnsupportedModeError, match=r"int8-sdnq needs the sdnq package \(pip install 'ckpt-sweep\[quant\]'\)"):
+    with pytest.raises(
+        UnsupportedModeError, match=r"int8-sdnq needs the sdnq package \(pip install 'ckpt-sweep\[quant\]'\)"
+    ):
         check_supported("int8-sdnq", "cpu")
 
 
@@ -70,6 +73,7 @@ def test_bad_combinations_are_rejected():
     with pytest.raises(UnsupportedModeError, match="a quantized base does not train in full"):
         synthetic.build("tiny", training="full", quantization="int8-torchao")
     from ckptlib.predict import predict
+
     with pytest.raises(UnsupportedModeError, match="cannot be quantized under FakeTensorMode"):
         predict(synthetic.build, ckptlib.CheckpointConfig("none"), "cpu", preset="tiny", quantization="int8-torchao")
 
@@ -83,15 +87,30 @@ def test_quantization_axis_through_the_sweep(tmp_path):
     from tests.sweep_helpers import query, run_sweep
 
     db = tmp_path / "q.db"
-    done = run_sweep(db, "sweep=none", "preset=cpu-256", "mode=none", "dtype=bf16", "measure.warmup_steps=0",
-                     "measure.steps=1", "quantization=int8-sdnq,fp8-torchao,none,int8-torchao",
-                     "skip_predicted_oom=true", "card_gib=1000")
+    done = run_sweep(
+        db,
+        "sweep=none",
+        "preset=cpu-256",
+        "mode=none",
+        "dtype=bf16",
+        "measure.warmup_steps=0",
+        "measure.steps=1",
+        "quantization=int8-sdnq,fp8-torchao,none,int8-torchao",
+        "skip_predicted_oom=true",
+        "card_gib=1000",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {q: (status, weight, reason) for q, status, weight, reason in
-            query(db, "select quantization, status, weight_bytes, reason from cells")}
+    rows = {
+        q: (status, weight, reason)
+        for q, status, weight, reason in query(db, "select quantization, status, weight_bytes, reason from cells")
+    }
     assert rows["fp8-torchao"] == ("unsupported", None, "fp8-torchao needs a CUDA GPU; this cell runs on cpu")
-    assert {q: r[0] for q, r in rows.items()} == {"none": "ok", "int8-torchao": "ok", "int8-sdnq": "ok",
-                                                  "fp8-torchao": "unsupported"}
+    assert {q: r[0] for q, r in rows.items()} == {
+        "none": "ok",
+        "int8-torchao": "ok",
+        "int8-sdnq": "ok",
+        "fp8-torchao": "unsupported",
+    }
     assert rows["int8-torchao"][1] < 0.6 * rows["none"][1] and rows["int8-sdnq"][1] < 0.6 * rows["none"][1]
     [(environment,)] = query(db, "select environment from runs")
     assert '"torchao"' in environment and '"sdnq"' in environment

@@ -1,4 +1,5 @@
 """Published-table import, report round trip, diff, splice and advise."""
+
 import subprocess
 import sys
 
@@ -33,17 +34,22 @@ def cells_of(markdown_text: str, source: str) -> dict[tuple, str]:
             row = dict(zip(table.header, cells))
             for column, text in row.items():
                 if column not in ("GPU", "Tokens"):
-                    found[(table.heading if "Tokens" in row else "large", row["GPU"], row.get("Tokens", ""), column)] = text
+                    found[
+                        (table.heading if "Tokens" in row else "large", row["GPU"], row.get("Tokens", ""), column)
+                    ] = text
     return found
 
 
 def test_import_then_report_reproduces_every_published_cell(engine, tmp_path):
     written = write_reports(engine, tmp_path / "reports", with_plots=False)
     report = (tmp_path / "reports" / "synthetic.md").read_text()
-    published = {(("large" if k[0] == "large" else "packed"), *k[1:]): v
-                 for k, v in cells_of(PUBLISHED.read_text(), "published").items()}
-    regenerated = {(("large" if k[0] == "large" else "packed"), *k[1:]): v
-                   for k, v in cells_of(report, "report").items()}
+    published = {
+        (("large" if k[0] == "large" else "packed"), *k[1:]): v
+        for k, v in cells_of(PUBLISHED.read_text(), "published").items()
+    }
+    regenerated = {
+        (("large" if k[0] == "large" else "packed"), *k[1:]): v for k, v in cells_of(report, "report").items()
+    }
     assert len(published) == 6 * 5 + 2 * 5
     assert regenerated == published
     assert tmp_path / "reports" / "index.md" in written
@@ -70,8 +76,13 @@ def test_diff_of_the_published_runs(engine):
         other = published[(heading, "L40S", tokens, column)]
         ratio = float(other.split("s /")[0]) / float(text.split("s /")[0])
         preset = f"packed-{tokens}" if tokens else "large-3072"
-        mode = {"No checkpoint": "none", "Torch FFN": "torch-ffn", "Unsloth FFN": "unsloth-ffn",
-                "Torch layer": "layer", "Unsloth layer": "unsloth"}[column]
+        mode = {
+            "No checkpoint": "none",
+            "Torch FFN": "torch-ffn",
+            "Unsloth FFN": "unsloth-ffn",
+            "Torch layer": "layer",
+            "Unsloth layer": "unsloth",
+        }[column]
         assert cells.loc[(preset, mode), "ratio"] == pytest.approx(ratio)
     assert set(result.cells["significance"]) == {"no samples (published or predicted)"}
     assert result.transitions.empty
@@ -86,8 +97,10 @@ def test_status_transitions_come_first(engine, tmp_path):
     import_file(engine, source)
     result = diff_runs(engine, "H100 80GB", "L40S tight")
     transitions = result.transitions
-    assert list(transitions["transition"][:2]) == ["fits on H100 80GB, OOM on L40S tight",
-                                                   "H100 80GB: ok, L40S tight: not run"]
+    assert list(transitions["transition"][:2]) == [
+        "fits on H100 80GB, OOM on L40S tight",
+        "H100 80GB: ok, L40S tight: not run",
+    ]
     assert result.cells.index[: len(transitions)].tolist() == list(range(len(transitions)))
     text = markdown(result)
     assert "- synthetic packed-16384 none none: fits on H100 80GB, OOM on L40S tight" in text
@@ -102,22 +115,29 @@ def test_measured_samples_are_judged_with_mann_whitney(tmp_path):
 
     def run(name, seconds):
         samples = [(s, False) for s in seconds]
-        result = CellResult("ok", sec_per_step=sorted(seconds)[len(seconds) // 2], peak_bytes=2 ** 30, samples=samples)
+        result = CellResult("ok", sec_per_step=sorted(seconds)[len(seconds) // 2], peak_bytes=2**30, samples=samples)
         return {"name": "s", "hardware": name, "provenance": "measured", "cells": [(cell, "k", result, {"tokens": 16})]}
 
-    store.replace_runs(engine, [run("A", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]),
-                                run("B", [1.5, 1.49, 1.52, 1.51, 1.5, 1.48]),
-                                run("C", [1.0, 1.02, 0.99, 1.01, 0.98, 1.0])])
+    store.replace_runs(
+        engine,
+        [
+            run("A", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]),
+            run("B", [1.5, 1.49, 1.52, 1.51, 1.5, 1.48]),
+            run("C", [1.0, 1.02, 0.99, 1.01, 0.98, 1.0]),
+        ],
+    )
     assert diff_runs(engine, "A", "B").cells["significance"][0].startswith("slower (p=")
     assert diff_runs(engine, "A", "C").cells["significance"][0].startswith("not significant")
 
 
 def test_splice_replaces_marked_blocks_only_and_is_idempotent(engine, tmp_path):
     doc = tmp_path / "doc.md"
-    doc.write_text("# Title\n\nProse before.\n\n<!-- sweep-matrix:start:synthetic/packed-latents -->\nold table\n"
-                   "<!-- sweep-matrix:end:synthetic/packed-latents -->\n\nProse between | with a pipe.\n\n"
-                   "<!-- sweep-matrix:start:synthetic/large-shape -->\n<!-- sweep-matrix:end:synthetic/large-shape -->\n"
-                   "\n<!-- sweep-matrix:start:unknown/table -->\nkept\n<!-- sweep-matrix:end:unknown/table -->\nEnd.\n")
+    doc.write_text(
+        "# Title\n\nProse before.\n\n<!-- sweep-matrix:start:synthetic/packed-latents -->\nold table\n"
+        "<!-- sweep-matrix:end:synthetic/packed-latents -->\n\nProse between | with a pipe.\n\n"
+        "<!-- sweep-matrix:start:synthetic/large-shape -->\n<!-- sweep-matrix:end:synthetic/large-shape -->\n"
+        "\n<!-- sweep-matrix:start:unknown/table -->\nkept\n<!-- sweep-matrix:end:unknown/table -->\nEnd.\n"
+    )
     replaced = splice_document(engine, doc)
     assert replaced == ["synthetic/packed-latents", "synthetic/large-shape"]
     text = doc.read_text()
@@ -129,14 +149,27 @@ def test_splice_replaces_marked_blocks_only_and_is_idempotent(engine, tmp_path):
     assert doc.read_text() == text
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: t.replace("| H100 80GB | 4096 | 0.0948s / 7.43 GiB |", "| H100 80GB | 4096 |"), ":12: row has 6 cells, the header has 7"),
-    (lambda t: t.replace("| Torch FFN | Unsloth FFN | Torch layer | Unsloth layer |\n|---|---|---|---|---|---|---|",
-                         "| Torch FFN | Unsloth FFN | Torch layer | Warp drive |\n|---|---|---|---|---|---|---|"),
-     ":9: unknown column 'Warp drive'"),
-    (lambda t: t.replace("0.5932s / 10.88 GiB", "fast-ish"), ":25: column 'Unsloth FFN': cannot parse cell 'fast-ish'"),
-    (lambda t: t.replace("| L40S | 16384 |", "| L40S | many |"), ":16: Tokens cell 'many' is not a whole number"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda t: t.replace("| H100 80GB | 4096 | 0.0948s / 7.43 GiB |", "| H100 80GB | 4096 |"),
+            ":12: row has 6 cells, the header has 7",
+        ),
+        (
+            lambda t: t.replace(
+                "| Torch FFN | Unsloth FFN | Torch layer | Unsloth layer |\n|---|---|---|---|---|---|---|",
+                "| Torch FFN | Unsloth FFN | Torch layer | Warp drive |\n|---|---|---|---|---|---|---|",
+            ),
+            ":9: unknown column 'Warp drive'",
+        ),
+        (
+            lambda t: t.replace("0.5932s / 10.88 GiB", "fast-ish"),
+            ":25: column 'Unsloth FFN': cannot parse cell 'fast-ish'",
+        ),
+        (lambda t: t.replace("| L40S | 16384 |", "| L40S | many |"), ":16: Tokens cell 'many' is not a whole number"),
+    ],
+)
 def test_malformed_imports_name_file_line_and_cell_and_change_nothing(engine, tmp_path, edit, message):
     bad = tmp_path / "bad.md"
     original = PUBLISHED.read_text()
@@ -153,34 +186,64 @@ def test_malformed_imports_name_file_line_and_cell_and_change_nothing(engine, tm
 
 def test_import_cli_reports_errors_and_success(tmp_path):
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    ok = subprocess.run([sys.executable, "-m", "sweep.cli", "import", str(PUBLISHED), "--db", db],
-                        capture_output=True, text=True, cwd=ROOT)
+    ok = subprocess.run(
+        [sys.executable, "-m", "sweep.cli", "import", str(PUBLISHED), "--db", db],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert ok.returncode == 0 and "imported 4 published run(s)" in ok.stdout
-    missing = subprocess.run([sys.executable, "-m", "sweep.cli", "import", str(tmp_path / "nope.md"), "--db", db],
-                             capture_output=True, text=True, cwd=ROOT)
+    missing = subprocess.run(
+        [sys.executable, "-m", "sweep.cli", "import", str(tmp_path / "nope.md"), "--db", db],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert missing.returncode != 0 and "nothing imported: cannot read" in missing.stderr
-    bad_url = subprocess.run([sys.executable, "-m", "sweep.cli", "report", "--db", "postgresql+nodriver://x/y"],
-                             capture_output=True, text=True, cwd=ROOT)
+    bad_url = subprocess.run(
+        [sys.executable, "-m", "sweep.cli", "report", "--db", "postgresql+nodriver://x/y"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert bad_url.returncode != 0 and "cannot use database URL" in bad_url.stderr
 
 
-HAND_CHECKED = pd.DataFrame([
-    # mode, status, sec/step, peak GiB
-    ("none", "ok", 1.00, 30.0), ("torch-ffn", "ok", 1.05, 22.0), ("unsloth-ffn", "ok", 1.12, 20.0),
-    ("layer", "ok", 1.30, 12.0), ("unsloth", "ok", 1.36, 10.5), ("interval2", "oom", None, None),
-], columns=["mode", "status", "sec_per_step", "gib"]).assign(
-    family="toy", preset="p", tokens=4096, quantization="none", hardware="GPU X", provenance="measured", config=None,
-    peak_bytes=lambda f: (f["gib"] * 2 ** 30).round(), text=lambda f: f["mode"])
+HAND_CHECKED = pd.DataFrame(
+    [
+        # mode, status, sec/step, peak GiB
+        ("none", "ok", 1.00, 30.0),
+        ("torch-ffn", "ok", 1.05, 22.0),
+        ("unsloth-ffn", "ok", 1.12, 20.0),
+        ("layer", "ok", 1.30, 12.0),
+        ("unsloth", "ok", 1.36, 10.5),
+        ("interval2", "oom", None, None),
+    ],
+    columns=["mode", "status", "sec_per_step", "gib"],
+).assign(
+    family="toy",
+    preset="p",
+    tokens=4096,
+    quantization="none",
+    hardware="GPU X",
+    provenance="measured",
+    config=None,
+    peak_bytes=lambda f: (f["gib"] * 2**30).round(),
+    text=lambda f: f["mode"],
+)
 
 
-@pytest.mark.parametrize("vram, expected", [
-    ("40GiB", "none"),  # fits: leave checkpointing off
-    ("24GiB", "unsloth-ffn"),  # budget 21.6: torch-ffn (22) is over, unsloth-ffn (20) fits
-    ("25GiB", "torch-ffn"),  # budget 22.5
-    ("14GiB", "layer"),  # budget 12.6
-    ("12GiB", "unsloth"),  # budget 10.8
-    ("10GiB", None),  # nothing fits
-])
+@pytest.mark.parametrize(
+    "vram, expected",
+    [
+        ("40GiB", "none"),  # fits: leave checkpointing off
+        ("24GiB", "unsloth-ffn"),  # budget 21.6: torch-ffn (22) is over, unsloth-ffn (20) fits
+        ("25GiB", "torch-ffn"),  # budget 22.5
+        ("14GiB", "layer"),  # budget 12.6
+        ("12GiB", "unsloth"),  # budget 10.8
+        ("10GiB", None),  # nothing fits
+    ],
+)
 def test_advise_applies_the_docs_rule(vram, expected):
     advice = advise(HAND_CHECKED, "toy", parse_size(vram))
     assert advice.mode == expected
@@ -196,7 +259,7 @@ def test_advise_rejects_unknown_input():
         parse_size("lots")
     with pytest.raises(ValueError, match="no recorded cells for family 'other'"):
         advise(HAND_CHECKED, "other", parse_size("48GiB"))
-    assert parse_size("24GB") == 24 * 10 ** 9 and parse_size("80") == 80 * 2 ** 30
+    assert parse_size("24GB") == 24 * 10**9 and parse_size("80") == 80 * 2**30
 
 
 def test_report_selects_runs_by_hardware(engine):
@@ -217,17 +280,34 @@ def test_near_duplicate_cells_each_get_their_own_column(tmp_path):
     engine = open_store(f"sqlite:///{tmp_path / 'dup.db'}")
     run_id = store.get_or_create_run(engine, "dups", "CPU: x")
     base = dict(family="synthetic", builder="ckptlib.synthetic.build", preset="cpu-256", mode="layer", backend="torch")
-    variants = {"plain": {}, "interval 3": {"interval": 3}, "interval 2, stride 4": {"interval": 2, "stride": 4},
-                "full": {"training": "full"}, "LoRA rank 8": {"lora_rank": 8}, "fp32": {"dtype": "fp32"},
-                "depth 4": {"shape": {"depth": 4}}}
+    variants = {
+        "plain": {},
+        "interval 3": {"interval": 3},
+        "interval 2, stride 4": {"interval": 2, "stride": 4},
+        "full": {"training": "full"},
+        "LoRA rank 8": {"lora_rank": 8},
+        "fp32": {"dtype": "fp32"},
+        "depth 4": {"shape": {"depth": 4}},
+    }
     for i, settings in enumerate(variants.values()):
         cell = Cell(**{**base, **settings})
-        store.record_cell(engine, run_id, cell.as_dict(), cell.key, CellResult("ok", sec_per_step=1.0 + i / 100,
-                                                                                peak_bytes=(i + 1) * 2 ** 30),
-                          shape={"tokens": 256})
+        store.record_cell(
+            engine,
+            run_id,
+            cell.as_dict(),
+            cell.key,
+            CellResult("ok", sec_per_step=1.0 + i / 100, peak_bytes=(i + 1) * 2**30),
+            shape={"tokens": 256},
+        )
     unsupported = Cell(**{**base, "mode": "torch-ffn", "backend": "torch-ffn"})
-    store.record_cell(engine, run_id, unsupported.as_dict(), unsupported.key,
-                      CellResult("unsupported", "synthetic: no feed-forward boundary (injected)"), shape={"tokens": 256})
+    store.record_cell(
+        engine,
+        run_id,
+        unsupported.as_dict(),
+        unsupported.key,
+        CellResult("unsupported", "synthetic: no feed-forward boundary (injected)"),
+        shape={"tokens": 256},
+    )
     [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
     text = matrix.markdown()
     for i in range(len(variants)):
@@ -245,23 +325,31 @@ def test_an_imported_oom_cell_is_a_status_in_report_advise_and_diff(engine, tmp_
     import_file(engine, source)
     written = write_reports(engine, tmp_path / "reports", with_plots=False)
     assert "| L40S      | 16384    | OOM " in (tmp_path / "reports" / "synthetic.md").read_text()
-    advice = advise(load_cells(engine, select_runs(engine)), "synthetic", parse_size("48GiB"), hardware="L40S",
-                    tokens=16384)
+    advice = advise(
+        load_cells(engine, select_runs(engine)), "synthetic", parse_size("48GiB"), hardware="L40S", tokens=16384
+    )
     assert "none" in str(advice) and "OOM" in str(advice)
     result = diff_runs(engine, "H100 80GB", "L40S")
     assert "fits on H100 80GB, OOM on L40S" in set(result.transitions["transition"])
     assert written
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not UTF-8 text (byte 0x89 at offset 0)"),
-    (b"| GPU |\n|---|\n\x00\x00", "a binary file (NUL bytes)"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not UTF-8 text (byte 0x89 at offset 0)"),
+        (b"| GPU |\n|---|\n\x00\x00", "a binary file (NUL bytes)"),
+    ],
+)
 def test_import_of_a_binary_file_is_one_line(tmp_path, content, message):
     bad = tmp_path / "table.md"
     bad.write_bytes(content)
-    done = subprocess.run([sys.executable, "-m", "sweep.cli", "import", str(bad), "--db", f"sqlite:///{tmp_path / 'i.db'}"],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "sweep.cli", "import", str(bad), "--db", f"sqlite:///{tmp_path / 'i.db'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 

@@ -1,6 +1,7 @@
 """Scale-out: the pod launcher (a real local Ray) runs cells in parallel, PostgreSQL holds the same
 rows as SQLite, the slurm preset submits a job array whose tasks run the same cell function, and
 schema creation is safe when many workers start at once."""
+
 import json
 import multiprocessing as mp
 import os
@@ -20,8 +21,10 @@ IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells ord
 def _spans(url: str) -> list[tuple]:
     import datetime as dt
 
-    return sorted((dt.datetime.fromisoformat(str(at)) - dt.timedelta(seconds=wall), dt.datetime.fromisoformat(str(at)))
-                  for at, wall in rows(url, "select recorded_at, wall_s from cells"))
+    return sorted(
+        (dt.datetime.fromisoformat(str(at)) - dt.timedelta(seconds=wall), dt.datetime.fromisoformat(str(at)))
+        for at, wall in rows(url, "select recorded_at, wall_s from cells")
+    )
 
 
 def _overlapping(url: str) -> bool:
@@ -35,7 +38,9 @@ def _cell_phase_s(url: str) -> float:
     and interpreter's start-up left out)."""
     import datetime as dt
 
-    spans = [(dt.datetime.fromisoformat(str(at)), wall) for at, wall in rows(url, "select recorded_at, wall_s from cells")]
+    spans = [
+        (dt.datetime.fromisoformat(str(at)), wall) for at, wall in rows(url, "select recorded_at, wall_s from cells")
+    ]
     return (max(at for at, _ in spans) - min(at - dt.timedelta(seconds=wall) for at, wall in spans)).total_seconds()
 
 
@@ -52,13 +57,23 @@ def pod_run(tmp_path_factory):
     timings = {}
     for launcher in ("local", "pod"):
         started = time.perf_counter()
-        done = run_sweep(folder / "unused.db", *SLOW_CELLS, f"launcher={launcher}", "workers=2", f"db.url={urls[launcher]}",
-                         "measure.warmup_steps=1", "measure.steps=4", timeout=600)
+        done = run_sweep(
+            folder / "unused.db",
+            *SLOW_CELLS,
+            f"launcher={launcher}",
+            "workers=2",
+            f"db.url={urls[launcher]}",
+            "measure.warmup_steps=1",
+            "measure.steps=4",
+            timeout=600,
+        )
         timings[launcher] = time.perf_counter() - started
         assert done.returncode == 0, done.stderr[-3000:]
     cells = {launcher: _cell_phase_s(url) for launcher, url in urls.items()}
-    print(f"\npod/local wall time: {timings['pod']:.1f} s / {timings['local']:.1f} s = {timings['pod'] / timings['local']:.2f}; "
-          f"cell phase: {cells['pod']:.1f} s / {cells['local']:.1f} s = {cells['pod'] / cells['local']:.2f}")
+    print(
+        f"\npod/local wall time: {timings['pod']:.1f} s / {timings['local']:.1f} s = {timings['pod'] / timings['local']:.2f}; "
+        f"cell phase: {cells['pod']:.1f} s / {cells['local']:.1f} s = {cells['pod'] / cells['local']:.2f}"
+    )
     yield urls, timings, cells
     if postgres:
         drop_database(postgres[0])
@@ -69,7 +84,10 @@ def test_pod_launcher_runs_each_cell_once_in_parallel_on_distinct_workers(pod_ru
     for launcher, workers in (("local", 1), ("pod", 2)):
         assert rows(urls[launcher], "select count(*), count(distinct cell_key) from cells") == [(4, 4)]
         assert rows(urls[launcher], "select count(*) from cells where status != 'ok'") == [(0,)]
-        pids = {json.loads(w)["pid"] if isinstance(w, str) else w["pid"] for (w,) in rows(urls[launcher], "select worker from cells")}
+        pids = {
+            json.loads(w)["pid"] if isinstance(w, str) else w["pid"]
+            for (w,) in rows(urls[launcher], "select worker from cells")
+        }
         assert len(pids) == workers
     # Parallel by what happened, not by a wall-clock ratio (printed by the fixture: a busy machine moves
     # it): on the pod, cells ran at the same time; sequentially, never.
@@ -88,25 +106,48 @@ def test_slurm_preset_submits_an_array_whose_tasks_run_only_the_missing_cells(tm
     """A fake sbatch/sacct (tests/support/fake_slurm) stands in for the cluster: the job array is
     submitted with the preset's flags and its tasks run the cell function. One cell was
     recorded before (a cancelled sweep): it is not run again."""
-    cells = ["sweep=none", "family=faulty", "preset=ok", "mode=none,layer,unsloth", "measure.warmup_steps=0",
-             "measure.steps=1", f"db.url={postgres_url}"]
+    cells = [
+        "sweep=none",
+        "family=faulty",
+        "preset=ok",
+        "mode=none,layer,unsloth",
+        "measure.warmup_steps=0",
+        "measure.steps=1",
+        f"db.url={postgres_url}",
+    ]
     done = run_sweep(tmp_path / "unused.db", *cells[:3], "mode=none", *cells[4:])
     assert done.returncode == 0, done.stderr[-3000:]
     before = dict(rows(postgres_url, "select mode, recorded_at from cells"))
 
-    env = {"PATH": f"{SUPPORT / 'fake_slurm'}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_DIR": str(tmp_path / "slurm")}
-    done = run_sweep(tmp_path / "unused.db", *cells, "launcher=slurm", "slurm.partition=gpu", "slurm.time_min=30",
-                     "slurm.array_parallelism=2", extra_env=env, timeout=600)
+    env = {
+        "PATH": f"{SUPPORT / 'fake_slurm'}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_SLURM_DIR": str(tmp_path / "slurm"),
+    }
+    done = run_sweep(
+        tmp_path / "unused.db",
+        *cells,
+        "launcher=slurm",
+        "slurm.partition=gpu",
+        "slurm.time_min=30",
+        "slurm.array_parallelism=2",
+        extra_env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [script] = (tmp_path / "slurm").glob("*.sbatch")
-    flags = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in script.read_text().splitlines()
-             if line.startswith("#SBATCH --") and "=" in line}
+    flags = {
+        line.split("=", 1)[0]: line.split("=", 1)[1]
+        for line in script.read_text().splitlines()
+        if line.startswith("#SBATCH --") and "=" in line
+    }
     assert flags["#SBATCH --partition"] == "gpu" and flags["#SBATCH --gpus-per-task"] == "1"
     assert flags["#SBATCH --time"] == "30" and flags["#SBATCH --array"] == "0-2%2"
     assert flags["#SBATCH --cpus-per-task"] == "8" and flags["#SBATCH --mem"] == "64GB"
 
-    after = {mode: (recorded, json.loads(worker) if isinstance(worker, str) else worker)
-             for mode, recorded, worker in rows(postgres_url, "select mode, recorded_at, worker from cells")}
+    after = {
+        mode: (recorded, json.loads(worker) if isinstance(worker, str) else worker)
+        for mode, recorded, worker in rows(postgres_url, "select mode, recorded_at, worker from cells")
+    }
     assert set(after) == {"none", "layer", "unsloth"}
     assert after["none"][0] == before["none"] and "slurm_array_task_id" not in after["none"][1]  # recorded before
     for mode in ("layer", "unsloth"):  # run by array tasks

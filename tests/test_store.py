@@ -1,6 +1,7 @@
 """The results database at real magnitudes: 64-bit byte columns, versioned migrations of first-round
 databases (SQLite and PostgreSQL, in place), attempts kept, reconnects across a server restart,
 and files that cannot be used refused in one line with nothing written."""
+
 import os
 import sqlite3
 import subprocess
@@ -19,14 +20,22 @@ from sweep.schema import SCHEMA_VERSION
 from tests.postgres_helpers import ROOT, rows
 from tests.sweep_helpers import SUPPORT, run_sweep, start_sweep
 
-GIB = 2 ** 30
+GIB = 2**30
 CELL = {"family": "synthetic", "preset": "packed-16384", "mode": "layer", "backend": "torch", "training": "frozen"}
 
 
 def big_result(**values) -> CellResult:
-    return CellResult("ok", sec_per_step=1.116, peak_bytes=80 * GIB, peak_reserved_bytes=96 * GIB,
-                      first_step_peak_bytes=81 * GIB, host_offload_peak_bytes=40 * GIB, weight_bytes=24 * GIB,
-                      samples=[(1.2, True), (1.1, False)], **values)
+    return CellResult(
+        "ok",
+        sec_per_step=1.116,
+        peak_bytes=80 * GIB,
+        peak_reserved_bytes=96 * GIB,
+        first_step_peak_bytes=81 * GIB,
+        host_offload_peak_bytes=40 * GIB,
+        weight_bytes=24 * GIB,
+        samples=[(1.2, True), (1.1, False)],
+        **values,
+    )
 
 
 def round_trip(url: str) -> None:
@@ -45,27 +54,42 @@ def test_sqlite_stores_80_gib_peaks(tmp_path):
 def test_postgres_stores_80_gib_peaks(postgres_url):
     round_trip(postgres_url)
     assert rows(postgres_url, "select peak_bytes, host_offload_peak_bytes, weight_bytes from cells") == [
-        (80 * GIB, 40 * GIB, 24 * GIB)]
+        (80 * GIB, 40 * GIB, 24 * GIB)
+    ]
 
 
 def first_round_database(url: str, dialect: str) -> None:
     """A database as the first round wrote it: its DDL, a run, two cells (one with 'null' JSON), samples."""
     engine = create_engine(url)
-    ddl = "\n".join(line for line in (SUPPORT / f"schema_v1_{dialect}.sql").read_text().splitlines()
-                    if not line.startswith("--"))
+    ddl = "\n".join(
+        line for line in (SUPPORT / f"schema_v1_{dialect}.sql").read_text().splitlines() if not line.startswith("--")
+    )
     with engine.begin() as connection:
         for statement in filter(str.strip, ddl.split(";")):
             connection.exec_driver_sql(statement)
-        connection.execute(text("INSERT INTO runs (name, hardware, provenance, environment, config, started_at) "
-                                "VALUES ('old', 'CPU: x', 'measured', '{}', '{}', '2026-01-01')"))
+        connection.execute(
+            text(
+                "INSERT INTO runs (name, hardware, provenance, environment, config, started_at) "
+                "VALUES ('old', 'CPU: x', 'measured', '{}', '{}', '2026-01-01')"
+            )
+        )
         run_id = connection.execute(text("SELECT id FROM runs")).scalar()
         for key, breakdown in (("a", '{"activations": 5}'), ("b", "null")):
-            connection.execute(text(
-                "INSERT INTO cells (run_id, cell_key, family, preset, mode, quantization, status, peak_bytes, "
-                "breakdown, config, recorded_at) VALUES (:run, :key, 'synthetic', 'cpu-256', 'layer', 'none', 'ok', "
-                "1000, :breakdown, '{}', '2026-01-01')"), {"run": run_id, "key": key, "breakdown": breakdown})
-            connection.execute(text("INSERT INTO samples (cell_id, step, seconds, warmup) SELECT id, 0, 0.5, false "
-                                    "FROM cells WHERE cell_key = :key"), {"key": key})
+            connection.execute(
+                text(
+                    "INSERT INTO cells (run_id, cell_key, family, preset, mode, quantization, status, peak_bytes, "
+                    "breakdown, config, recorded_at) VALUES (:run, :key, 'synthetic', 'cpu-256', 'layer', 'none', 'ok', "
+                    "1000, :breakdown, '{}', '2026-01-01')"
+                ),
+                {"run": run_id, "key": key, "breakdown": breakdown},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO samples (cell_id, step, seconds, warmup) SELECT id, 0, 0.5, false "
+                    "FROM cells WHERE cell_key = :key"
+                ),
+                {"key": key},
+            )
     engine.dispose()
 
 
@@ -80,14 +104,25 @@ def check_upgraded(url: str) -> None:
     engine.dispose()
     check = create_engine(url)
     with check.connect() as connection:
-        cells = connection.execute(text("select cell_key, attempt, is_current, peak_bytes, breakdown is null from cells "
-                                        "order by cell_key, attempt")).all()
-        samples = connection.execute(text("select c.cell_key, count(*) from samples s join cells c on c.id = s.cell_id "
-                                          "group by c.cell_key order by c.cell_key")).all()
+        cells = connection.execute(
+            text(
+                "select cell_key, attempt, is_current, peak_bytes, breakdown is null from cells "
+                "order by cell_key, attempt"
+            )
+        ).all()
+        samples = connection.execute(
+            text(
+                "select c.cell_key, count(*) from samples s join cells c on c.id = s.cell_id "
+                "group by c.cell_key order by c.cell_key"
+            )
+        ).all()
     check.dispose()
     assert [(k, a, bool(current), peak, bool(null)) for k, a, current, peak, null in cells] == [
-        ("a", 1, False, 1000, False), ("a", 2, True, 80 * GIB, True), ("b", 1, True, 1000, True),
-        ("c", 1, True, 80 * GIB, True)]  # no breakdown recorded: SQL NULL, not the text 'null'
+        ("a", 1, False, 1000, False),
+        ("a", 2, True, 80 * GIB, True),
+        ("b", 1, True, 1000, True),
+        ("c", 1, True, 80 * GIB, True),
+    ]  # no breakdown recorded: SQL NULL, not the text 'null'
 
     assert [tuple(s) for s in samples] == [("a", 3), ("b", 1), ("c", 2)]
 
@@ -100,11 +135,15 @@ def test_a_first_round_sqlite_database_upgrades_keeping_every_row(tmp_path):
 
 def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):
     first_round_database(postgres_url, "postgresql")
-    assert rows(postgres_url, "select data_type from information_schema.columns where table_name = 'cells' "
-                              "and column_name = 'peak_bytes'") == [("integer",)]
+    assert rows(
+        postgres_url,
+        "select data_type from information_schema.columns where table_name = 'cells' and column_name = 'peak_bytes'",
+    ) == [("integer",)]
     check_upgraded(postgres_url)
-    assert rows(postgres_url, "select data_type from information_schema.columns where table_name = 'cells' "
-                              "and column_name = 'peak_bytes'") == [("bigint",)]
+    assert rows(
+        postgres_url,
+        "select data_type from information_schema.columns where table_name = 'cells' and column_name = 'peak_bytes'",
+    ) == [("bigint",)]
 
 
 def test_an_early_first_round_database_upgrades_once_when_many_processes_start_at_once(tmp_path):
@@ -158,8 +197,15 @@ def test_a_write_that_loses_its_connection_is_made_again(tmp_path):
 def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, postgres_url):
     if os.environ.get("CKPT_SWEEP_POSTGRES_EXTERNAL"):
         pytest.skip("the PostgreSQL server is not this machine's to restart")
-    overrides = ["sweep=none", "family=faulty", "preset=slow", "+shape.tokens=8,12,16,20,24,28",
-                 "measure.warmup_steps=1", "measure.steps=2", f"db.url={postgres_url}"]
+    overrides = [
+        "sweep=none",
+        "family=faulty",
+        "preset=slow",
+        "+shape.tokens=8,12,16,20,24,28",
+        "measure.warmup_steps=1",
+        "measure.steps=2",
+        f"db.url={postgres_url}",
+    ]
     process = start_sweep(tmp_path / "unused.db", *overrides)
     deadline = time.time() + 240
     while time.time() < deadline and _count(postgres_url) < 2:
@@ -169,8 +215,10 @@ def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, postgres_ur
     assert restarted.returncode == 0, restarted.stderr
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr[-3000:]
-    assert rows(postgres_url, "select count(*), count(distinct cell_key), sum(case when status = 'ok' then 1 else 0 end) "
-                              "from cells") == [(6, 6, 6)]
+    assert rows(
+        postgres_url,
+        "select count(*), count(distinct cell_key), sum(case when status = 'ok' then 1 else 0 end) from cells",
+    ) == [(6, 6, 6)]
 
 
 def _count(url: str) -> int:
@@ -180,12 +228,17 @@ def _count(url: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize("verb", [["report", "--out", "{out}"], ["diff", "1", "2"], ["advise", "--family", "synthetic",
-                                                                                      "--vram", "24"]])
+@pytest.mark.parametrize(
+    "verb", [["report", "--out", "{out}"], ["diff", "1", "2"], ["advise", "--family", "synthetic", "--vram", "24"]]
+)
 def test_read_verbs_refuse_a_database_that_does_not_exist(tmp_path, verb):
     db = tmp_path / "mistyped.db"
-    done = subprocess.run([*_cli(), *[a.format(out=tmp_path / "reports") for a in verb], "--db", f"sqlite:///{db}"],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [*_cli(), *[a.format(out=tmp_path / "reports") for a in verb], "--db", f"sqlite:///{db}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode != 0 and f"no database at {db}" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not db.exists() and not (tmp_path / "reports").exists()
 
@@ -193,8 +246,12 @@ def test_read_verbs_refuse_a_database_that_does_not_exist(tmp_path, verb):
 def test_read_verbs_refuse_a_database_without_runs(tmp_path):
     db = tmp_path / "empty.db"
     store.open_store(f"sqlite:///{db}").dispose()
-    done = subprocess.run([*_cli(), "report", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "reports")],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [*_cli(), "report", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "reports")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode != 0 and "holds no runs yet" in done.stderr
     assert not (tmp_path / "reports" / "index.md").exists()
 

@@ -1,4 +1,5 @@
 """The sweep harness end to end, through the real console script."""
+
 import json
 import signal
 import time
@@ -10,8 +11,15 @@ from sweep.app import should_run
 from sweep.cell import Cell
 from tests.sweep_helpers import FAST, query, run_sweep, start_sweep
 
-FAULTS = {"ok": "ok", "oom": "oom", "segfault": "crashed", "hang": "timeout", "raise": "failed",
-          "unsupported": "unsupported", "exit": "crashed"}
+FAULTS = {
+    "ok": "ok",
+    "oom": "oom",
+    "segfault": "crashed",
+    "hang": "timeout",
+    "raise": "failed",
+    "unsupported": "unsupported",
+    "exit": "crashed",
+}
 
 
 def recorded_cells(db) -> int:
@@ -28,26 +36,36 @@ def json_lines(stdout: str) -> list[dict]:
 
 def test_multirun_creates_exactly_the_cartesian_product(tmp_path):
     db = tmp_path / "r.db"
-    done = run_sweep(db, "sweep=none", "family=synthetic,faulty", "preset=tiny,tiny-odd", "mode=none,layer,unsloth", *FAST)
+    done = run_sweep(
+        db, "sweep=none", "family=synthetic,faulty", "preset=tiny,tiny-odd", "mode=none,layer,unsloth", *FAST
+    )
     # the faulty family has no presets named tiny/tiny-odd: the sweep refuses before running anything
     assert done.returncode != 0
     assert "family faulty: unknown preset 'tiny'" in done.stderr and "valid presets:" in done.stderr
     assert not db.exists() or query(db, "select count(*) from cells") == [(0,)]
 
-    done = run_sweep(db, "sweep=none", "family=synthetic,faulty", "mode=none,layer,unsloth", "+shape.tokens=16,24", *FAST)
+    done = run_sweep(
+        db, "sweep=none", "family=synthetic,faulty", "mode=none,layer,unsloth", "+shape.tokens=16,24", *FAST
+    )
     assert done.returncode == 0, done.stderr
     rows = query(db, "select family, preset, mode, tokens, status from cells")
     assert len(rows) == 2 * 3 * 2
-    assert {(f, m, t) for f, _, m, t, _ in rows} == {(f, m, t) for f in ("synthetic", "faulty")
-                                                     for m in ("none", "layer", "unsloth") for t in (16, 24)}
+    assert {(f, m, t) for f, _, m, t, _ in rows} == {
+        (f, m, t) for f in ("synthetic", "faulty") for m in ("none", "layer", "unsloth") for t in (16, 24)
+    }
     assert {s for *_, s in rows} == {"ok"}
 
 
 def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     """Only the hanging cell gets a short timeout: the others keep the default, however busy the machine."""
     db = tmp_path / "r.db"
-    others = ["sweep=none", "family=faulty", f"preset={','.join(p for p in FAULTS if p != 'hang')}",
-              "mode=layer,bad-stride", *FAST]
+    others = [
+        "sweep=none",
+        "family=faulty",
+        f"preset={','.join(p for p in FAULTS if p != 'hang')}",
+        "mode=layer,bad-stride",
+        *FAST,
+    ]
     hang = ["sweep=none", "family=faulty", "preset=hang", "mode=layer,bad-stride", "measure.timeout_s=4", *FAST]
     for overrides in (others, hang):
         done = run_sweep(db, *overrides)
@@ -57,17 +75,22 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     for preset, status in FAULTS.items():
         assert rows[(preset, "layer")][0] == status, (preset, rows[(preset, "layer")])
         assert rows[(preset, "bad-stride")] == (
-            "invalid", "segment stride must be at least the checkpointing interval (stride 2 < interval 4)")
+            "invalid",
+            "segment stride must be at least the checkpointing interval (stride 2 < interval 4)",
+        )
     assert "SIGSEGV" in rows[("segfault", "layer")][1]
     assert "within 4 s" in rows[("hang", "layer")][1]
     assert "injected failure" in rows[("raise", "layer")][1]
     assert "exited with code 3" in rows[("exit", "layer")][1]
     [(traceback,)] = query(db, "select traceback from cells where preset='raise' and mode='layer'")
     assert "RuntimeError: injected failure" in traceback
-    [(sec, peak, n_measured, n_warmup, steps, warmup, loss)] = query(db, """select sec_per_step, peak_bytes,
+    [(sec, peak, n_measured, n_warmup, steps, warmup, loss)] = query(
+        db,
+        """select sec_per_step, peak_bytes,
         (select count(*) from samples s where s.cell_id=c.id and not warmup),
         (select count(*) from samples s where s.cell_id=c.id and warmup), steps, warmup_steps, final_loss
-        from cells c where preset='ok' and mode='layer'""")
+        from cells c where preset='ok' and mode='layer'""",
+    )
     assert sec > 0 and peak > 0 and (n_measured, n_warmup) == (2, 1) == (steps, warmup) and loss > 0
     [(environment, hardware)] = query(db, "select environment, hardware from runs")
     environment = json.loads(environment)
@@ -88,7 +111,9 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     ran = {line["preset"] for line in json_lines(retried.stdout) if not line["skipped"]}
     assert ran == {"raise", "segfault", "exit"}
     # the earlier attempts stay; only the latest is current
-    assert query(db, "select count(*), sum(is_current) from cells where preset = 'raise' and mode = 'layer'") == [(2, 1)]
+    assert query(db, "select count(*), sum(is_current) from cells where preset = 'raise' and mode = 'layer'") == [
+        (2, 1)
+    ]
 
 
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
@@ -120,30 +145,47 @@ def test_two_sweeps_into_one_sqlite_file_lose_no_rows(tmp_path):
     for process in (first, second):
         _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr
-    assert query(db, "select r.name, count(*) from cells c join runs r on r.id=c.run_id group by r.name order by r.name") \
-        == [("first", 4), ("second", 4)]
+    assert query(
+        db, "select r.name, count(*) from cells c join runs r on r.id=c.run_id group by r.name order by r.name"
+    ) == [("first", 4), ("second", 4)]
     assert query(db, "select count(*) from samples")[0][0] == 8 * 3
 
 
-@pytest.mark.parametrize("overrides, messages", [
-    (["mode=none,bogus"], ["Could not find 'mode/bogus'"]),
-    (["db.url=notaurl"], ["malformed database URL 'notaurl'"]),
-    # the typed config: Hydra itself refuses a wrong type or a word outside an enum
-    (["measure.steps=abc"], ["measure.steps=abc", "Value 'abc' of type 'str' could not be converted to Integer"]),
-    (["training=sideways"], ["Invalid value 'sideways', expected one of [lora, frozen, full]"]),
-    (["run.rerun=sometimes"], ["Invalid value 'sometimes', expected one of [none, failed, all]"]),
-    (["no_such_key=1"], ["Key 'no_such_key' not in 'SweepConfig'"]),
-    (["+mode.intervall=3"], ["+mode.intervall: not a mode setting; a mode has name, backend, interval, stride, "
-                             "offload_attention"]),
-    # every problem the validator finds is listed at once
-    (["device=cuda", "measure.steps=0", "measure.warmup_steps=-1", "measure.timeout_s=0"],
-     ["device=cuda, but", "measure.steps must be at least 1 (a measured step), got 0",
-      "measure.warmup_steps must be 0 or more, got -1", "measure.timeout_s must be a positive number of seconds, got 0"]),
-    (["family._target_=nowhere.build"], ["cannot import builder 'nowhere.build'"]),
-    (["family._target_=broken_builder.build"], ["cannot import builder 'broken_builder.build' (ZeroDivisionError: the "
-                                                "builder's module divided by zero at import (injected))"]),
-    (["family._target_=not_a_builder.build"], ["builder 'not_a_builder.build' is a int, not a function"]),
-])
+@pytest.mark.parametrize(
+    "overrides, messages",
+    [
+        (["mode=none,bogus"], ["Could not find 'mode/bogus'"]),
+        (["db.url=notaurl"], ["malformed database URL 'notaurl'"]),
+        # the typed config: Hydra itself refuses a wrong type or a word outside an enum
+        (["measure.steps=abc"], ["measure.steps=abc", "Value 'abc' of type 'str' could not be converted to Integer"]),
+        (["training=sideways"], ["Invalid value 'sideways', expected one of [lora, frozen, full]"]),
+        (["run.rerun=sometimes"], ["Invalid value 'sometimes', expected one of [none, failed, all]"]),
+        (["no_such_key=1"], ["Key 'no_such_key' not in 'SweepConfig'"]),
+        (
+            ["+mode.intervall=3"],
+            ["+mode.intervall: not a mode setting; a mode has name, backend, interval, stride, offload_attention"],
+        ),
+        # every problem the validator finds is listed at once
+        (
+            ["device=cuda", "measure.steps=0", "measure.warmup_steps=-1", "measure.timeout_s=0"],
+            [
+                "device=cuda, but",
+                "measure.steps must be at least 1 (a measured step), got 0",
+                "measure.warmup_steps must be 0 or more, got -1",
+                "measure.timeout_s must be a positive number of seconds, got 0",
+            ],
+        ),
+        (["family._target_=nowhere.build"], ["cannot import builder 'nowhere.build'"]),
+        (
+            ["family._target_=broken_builder.build"],
+            [
+                "cannot import builder 'broken_builder.build' (ZeroDivisionError: the "
+                "builder's module divided by zero at import (injected))"
+            ],
+        ),
+        (["family._target_=not_a_builder.build"], ["builder 'not_a_builder.build' is a int, not a function"]),
+    ],
+)
 def test_bad_input_is_named_before_anything_runs(tmp_path, overrides, messages):
     db = tmp_path / "r.db"
     done = run_sweep(db, "sweep=none", "family=faulty", "preset=ok", "mode=none", *FAST, *overrides)
@@ -169,12 +211,18 @@ def test_a_change_of_measure_settings_is_said_and_rerun_keeps_the_earlier_attemp
     assert run_sweep(db, *cells, "measure.warmup_steps=1", "measure.steps=2").returncode == 0
     again = run_sweep(db, *cells, "measure.warmup_steps=1", "measure.steps=3")
     assert again.returncode == 0 and all(line["skipped"] for line in json_lines(again.stdout))
-    assert ("2 cell(s) recorded with steps=2, warmup_steps=1 (this sweep asks for steps=3, warmup_steps=1): "
-            "run.rerun=all measures them again, keeping the earlier attempt") in again.stderr
+    assert (
+        "2 cell(s) recorded with steps=2, warmup_steps=1 (this sweep asks for steps=3, warmup_steps=1): "
+        "run.rerun=all measures them again, keeping the earlier attempt"
+    ) in again.stderr
     rerun = run_sweep(db, *cells, "measure.warmup_steps=1", "measure.steps=3", "run.rerun=all")
     assert rerun.returncode == 0, rerun.stderr
     assert query(db, "select mode, attempt, is_current, steps from cells order by mode, attempt") == [
-        ("layer", 1, 0, 2), ("layer", 2, 1, 3), ("none", 1, 0, 2), ("none", 2, 1, 3)]
+        ("layer", 1, 0, 2),
+        ("layer", 2, 1, 3),
+        ("none", 1, 0, 2),
+        ("none", 2, 1, 3),
+    ]
     assert query(db, "select count(*) from samples") == [(2 * (3 + 4),)]  # every attempt keeps its samples
     from sweep.diff import diff_runs
     from sweep.store import open_store

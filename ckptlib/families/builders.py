@@ -1,4 +1,5 @@
 """Import paths for sweep configs: `_target_: ckptlib.families.builders.<family>`."""
+
 from __future__ import annotations
 
 from .registry import FamilyBuilder, get

@@ -3,6 +3,7 @@
 The sweep's fork server preloads it, so a cell's child process inherits the classes instead of
 importing its model module again.
 """
+
 from .registry import all_families
 
 

@@ -1,5 +1,6 @@
 """What the families' entries share: tiny training shapes, the call conventions of their block
 lists, latent geometries, and the random inputs every input maker draws from."""
+
 from __future__ import annotations
 
 import torch

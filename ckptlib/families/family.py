@@ -1,5 +1,6 @@
 """One docs family as data: its diffusers class, presets, input maker, block lists, attention and
 feed-forward submodules, LoRA targets and what it cannot offer."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -51,8 +52,14 @@ class Family:
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists
-        return BlockSpec(block_lists=list(lists), attention=self.attention, feed_forward=self.feed_forward,
-                         conventions=dict(lists), name=self.docs_name, reasons=self.reasons)
+        return BlockSpec(
+            block_lists=list(lists),
+            attention=self.attention,
+            feed_forward=self.feed_forward,
+            conventions=dict(lists),
+            name=self.docs_name,
+            reasons=self.reasons,
+        )
 
     def model_class(self):
         if self.unsupported:

@@ -5,6 +5,7 @@ batch. `Latents` says how that input becomes tokens: the VAE downsamples space (
 transformer patches the latents, and each patch is a token. Flux.1 at 1024x1024: 1024 / 8 / 2 =
 64, so 64 x 64 = 4096 image tokens; Wan at 480x832, 81 frames: 21 latent frames x 30 x 52 = 32760.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -40,6 +41,7 @@ class Latents:
 
     def patches(self, config: Mapping) -> tuple[int, int]:
         """(temporal, spatial) patch sizes under a model config."""
+
         def read(size):
             return config[size] if isinstance(size, str) else size
 
@@ -56,6 +58,9 @@ class Latents:
 
 def constructor_config(cls, overrides: Mapping) -> dict:
     """A model class's config: its constructor's defaults under a preset's overrides (nothing built)."""
-    defaults = {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
     return {**defaults, **overrides}

@@ -10,6 +10,7 @@ such as SD3's and OmniGen's position embeddings) take the target dtype, unless t
 the class's _keep_in_fp32_modules; non-persistent ones (rotary tables computed at construction)
 keep the dtype the class gave them.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """The family registry: every lineage module's entries, in one explicit list, and what builds them."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -48,12 +49,27 @@ def describe_shape(family: str, preset: str, **overrides) -> dict:
     """What a cell's shape means: image tokens and text tokens as the transformer sees them, the
     resolution, frames and batch."""
     shape = resolve_shape(family, preset, **overrides)
-    return {"tokens": get(family).image_tokens(preset, shape), "text_tokens": shape.text_tokens, "height": shape.height,
-            "width": shape.width, "frames": shape.frames, "batch": shape.batch}
+    return {
+        "tokens": get(family).image_tokens(preset, shape),
+        "text_tokens": shape.text_tokens,
+        "height": shape.height,
+        "width": shape.width,
+        "frames": shape.frames,
+        "batch": shape.batch,
+    }
 
 
-def build(family: str, preset: str = "tiny", training: str = "lora", device: str = "cpu", lora_rank: int = 16,
-          seed: int = 0, dtype: torch.dtype | None = None, quantization: str = "none", **shape_overrides) -> Workload:
+def build(
+    family: str,
+    preset: str = "tiny",
+    training: str = "lora",
+    device: str = "cpu",
+    lora_rank: int = 16,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+    quantization: str = "none",
+    **shape_overrides,
+) -> Workload:
     """A family's training step: random weights (the base optionally quantized), the family's
     inputs, flow-matching-style MSE."""
     entry = get(family)
@@ -72,8 +88,14 @@ def build(family: str, preset: str = "tiny", training: str = "lora", device: str
         grad_inputs = tuple(latents) if isinstance(latents, list) else (latents,)
         for t in grad_inputs:
             t.requires_grad_(True)
-    return Workload(model=model, spec=entry.spec(model), kwargs=kwargs, target=None, optimizer=adamw_for(model),
-                    grad_inputs=grad_inputs)
+    return Workload(
+        model=model,
+        spec=entry.spec(model),
+        kwargs=kwargs,
+        target=None,
+        optimizer=adamw_for(model),
+        grad_inputs=grad_inputs,
+    )
 
 
 class FamilyBuilder:

@@ -1,4 +1,5 @@
 """Video transformers: Wan and AnyFlow, HunyuanVideo, LTX-Video 0.9 and 2, Cosmos 2 and 3, Kandinsky 5, MiniMax H3."""
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,9 @@ def ltx_inputs(config, shape, device, dtype, g):
         "encoder_hidden_states": randn(g, device, dtype, b, shape.text_tokens, config.caption_channels),
         "timestep": timestep(b, device, 1000.0, g),
         "encoder_attention_mask": torch.ones(b, shape.text_tokens, device=device, dtype=torch.bool),
-        "num_frames": t, "height": h, "width": w,
+        "num_frames": t,
+        "height": h,
+        "width": w,
     }
 
 
@@ -40,18 +43,27 @@ def ltx2_inputs(config, shape, device, dtype, g):
     b = shape.batch
     t = ((shape.frames or 1) - 1) // config.vae_scale_factors[0] + 1
     h, w = shape.height // config.vae_scale_factors[1], shape.width // config.vae_scale_factors[2]
-    audio_frames = max(4, round((shape.frames or 1) / 24 * config.audio_sampling_rate / config.audio_hop_length
-                                / config.audio_scale_factor))
+    audio_frames = max(
+        4,
+        round(
+            (shape.frames or 1) / 24 * config.audio_sampling_rate / config.audio_hop_length / config.audio_scale_factor
+        ),
+    )
     sigma = timestep(b, device, 1.0, g).to(dtype)
     return {
         "hidden_states": randn(g, device, dtype, b, t * h * w, config.in_channels),
         "audio_hidden_states": randn(g, device, dtype, b, audio_frames, config.audio_in_channels),
         "encoder_hidden_states": randn(g, device, dtype, b, shape.text_tokens, config.caption_channels),
         "audio_encoder_hidden_states": randn(g, device, dtype, b, shape.text_tokens, config.caption_channels),
-        "timestep": sigma, "sigma": sigma,
+        "timestep": sigma,
+        "sigma": sigma,
         "encoder_attention_mask": torch.ones(b, shape.text_tokens, device=device),
         "audio_encoder_attention_mask": torch.ones(b, shape.text_tokens, device=device),
-        "num_frames": t, "height": h, "width": w, "fps": 24.0, "audio_num_frames": audio_frames,
+        "num_frames": t,
+        "height": h,
+        "width": w,
+        "fps": 24.0,
+        "audio_num_frames": audio_frames,
     }
 
 
@@ -98,7 +110,8 @@ def cosmos_torchvision_shim() -> None:
         return F.interpolate(mask, size=tuple(size), mode="nearest")
 
     transformer_cosmos.transforms = SimpleNamespace(
-        functional=SimpleNamespace(resize=resize), InterpolationMode=SimpleNamespace(NEAREST="nearest"))
+        functional=SimpleNamespace(resize=resize), InterpolationMode=SimpleNamespace(NEAREST="nearest")
+    )
 
 
 def cosmos3_inputs(config, shape, device, dtype, g):
@@ -113,10 +126,12 @@ def cosmos3_inputs(config, shape, device, dtype, g):
         "input_ids": torch.randint(0, config.vocab_size, (n_text,), generator=g, device=device),
         "text_indexes": torch.arange(n_text, device=device),
         "position_ids": torch.arange(length, device=device)[None].expand(3, -1),
-        "und_len": n_text, "sequence_length": length,
+        "und_len": n_text,
+        "sequence_length": length,
         "vision_tokens": [randn(g, device, dtype, 1, config.latent_channel, t, h, w)],
         "vision_token_shapes": [(t, h // p, w // p)],
-        "vision_sequence_indexes": vision, "vision_mse_loss_indexes": vision,
+        "vision_sequence_indexes": vision,
+        "vision_mse_loss_indexes": vision,
         "vision_timesteps": torch.full((n_vision,), float(timestep(1, device, 1.0, g)), device=device, dtype=dtype),
         "vision_noisy_frame_indexes": [torch.arange(t, device=device)],
     }
@@ -134,8 +149,11 @@ def kandinsky5_inputs(config, shape, device, dtype, g):
         "encoder_hidden_states": randn(g, device, dtype, b, shape.text_tokens, config.in_text_dim),
         "timestep": timestep(b, device, 1000.0, g).to(dtype),
         "pooled_projections": randn(g, device, dtype, b, config.in_text_dim2),
-        "visual_rope_pos": [torch.arange(t // patch[0], device=device), torch.arange(h // patch[1], device=device),
-                            torch.arange(w // patch[2], device=device)],
+        "visual_rope_pos": [
+            torch.arange(t // patch[0], device=device),
+            torch.arange(h // patch[1], device=device),
+            torch.arange(w // patch[2], device=device),
+        ],
         "text_rope_pos": torch.arange(shape.text_tokens, device=device),
     }
 
@@ -150,8 +168,13 @@ def minimax_h3_inputs(config, shape, device, dtype, g):
     length = n_text + n_video + n_audio
     video_positions = grid_ids(h, w, 3, device).repeat(t // p_t, 1)
     video_positions[:, 0] = torch.arange(t // p_t, device=device).repeat_interleave(h * w)
-    positions = torch.cat([torch.arange(n_text, device=device)[:, None].expand(n_text, 3).float(),
-                           video_positions, torch.arange(n_audio, device=device)[:, None].expand(n_audio, 3).float()])
+    positions = torch.cat(
+        [
+            torch.arange(n_text, device=device)[:, None].expand(n_text, 3).float(),
+            video_positions,
+            torch.arange(n_audio, device=device)[:, None].expand(n_audio, 3).float(),
+        ]
+    )
     tags = torch.cat([torch.zeros(n_text), torch.ones(n_video), torch.full((n_audio,), 2.0)]).long().to(device)
     index = torch.arange(length, device=device)
     return {
@@ -160,63 +183,119 @@ def minimax_h3_inputs(config, shape, device, dtype, g):
         "encoder_hidden_states": randn(g, device, dtype, 1, n_text, config.text_dim),
         "timestep": timestep(1, device, 1000.0, g),
         "timestep_indices": torch.zeros(length, device=device, dtype=torch.long),
-        "token_tags": tags, "position_ids": positions.long(),
-        "text_indices": index[:n_text], "video_indices": index[n_text:n_text + n_video],
-        "audio_indices": index[n_text + n_video:],
+        "token_tags": tags,
+        "position_ids": positions.long(),
+        "text_indices": index[:n_text],
+        "video_indices": index[n_text : n_text + n_video],
+        "audio_indices": index[n_text + n_video :],
     }
 
 
 VIDEO_480P = FamilyShape(height=480, width=832, frames=81, text_tokens=512)  # Wan's 480p, 81 frames
-TINY_WAN = {"num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4, "text_dim": 32,
-            "freq_dim": 32, "ffn_dim": 48, "num_layers": 4, "rope_max_seq_len": 32}  # Wan and AnyFlow
+TINY_WAN = {
+    "num_attention_heads": 2,
+    "attention_head_dim": 12,
+    "in_channels": 4,
+    "out_channels": 4,
+    "text_dim": 32,
+    "freq_dim": 32,
+    "ffn_dim": 48,
+    "num_layers": 4,
+    "rope_max_seq_len": 32,
+}  # Wan and AnyFlow
 
 FAMILIES = (
     Family(
-        name="hunyuanvideo", docs_name="HunyuanVideo", cls="HunyuanVideoTransformer3DModel",
+        name="hunyuanvideo",
+        docs_name="HunyuanVideo",
+        cls="HunyuanVideoTransformer3DModel",
         presets={
             "t2v-720p": Preset({}, FamilyShape(480, 848, frames=49, batch=2, text_tokens=256), 12.82),
-            "tiny": Preset({"in_channels": 4, "out_channels": 4, "num_attention_heads": 2, "attention_head_dim": 8,
-                            "num_layers": 2, "num_single_layers": 4, "num_refiner_layers": 1, "text_embed_dim": 32,
-                            "pooled_projection_dim": 16, "rope_axes_dim": (2, 2, 4)}, TINY_VIDEO),
+            "tiny": Preset(
+                {
+                    "in_channels": 4,
+                    "out_channels": 4,
+                    "num_attention_heads": 2,
+                    "attention_head_dim": 8,
+                    "num_layers": 2,
+                    "num_single_layers": 4,
+                    "num_refiner_layers": 1,
+                    "text_embed_dim": 32,
+                    "pooled_projection_dim": 16,
+                    "rope_axes_dim": (2, 2, 4),
+                },
+                TINY_VIDEO,
+            ),
         },
         inputs=hunyuan_video_inputs,
         latents=Latents(patch="patch_size", patch_t="patch_size_t"),
         # The loop passes extra positional arguments that land in the blocks' *args: keep them positional.
         block_lists={"transformer_blocks": FIRST_TWO_ARGS, "single_transformer_blocks": FIRST_TWO_ARGS},
-        attention=("attn",), feed_forward=("ff", "ff_context"),
+        attention=("attn",),
+        feed_forward=("ff", "ff_context"),
         blocks_note="double and single stream blocks; the text token refiner is not checkpointed",
     ),
     Family(
-        name="ltxvideo", docs_name="LTXVideo 0.9", cls="LTXVideoTransformer3DModel",
+        name="ltxvideo",
+        docs_name="LTXVideo 0.9",
+        cls="LTXVideoTransformer3DModel",
         presets={
             "2b": Preset({}, FamilyShape(512, 768, frames=49, text_tokens=128), 1.92),
-            "tiny": Preset({"in_channels": 8, "out_channels": 8, "num_attention_heads": 2, "attention_head_dim": 8,
-                            "cross_attention_dim": 16, "num_layers": 4, "caption_channels": 24},
-                           FamilyShape(64, 64, frames=9, batch=2, text_tokens=8)),
+            "tiny": Preset(
+                {
+                    "in_channels": 8,
+                    "out_channels": 8,
+                    "num_attention_heads": 2,
+                    "attention_head_dim": 8,
+                    "cross_attention_dim": 16,
+                    "num_layers": 4,
+                    "caption_channels": 24,
+                },
+                FamilyShape(64, 64, frames=9, batch=2, text_tokens=8),
+            ),
         },
         inputs=ltx_inputs,
         latents=Latents(spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t"),
         block_lists={"transformer_blocks": HIDDEN},
-        attention=("attn1", "attn2"), feed_forward=("ff",),
+        attention=("attn1", "attn2"),
+        feed_forward=("ff",),
     ),
     Family(
-        name="ltxvideo2", docs_name="LTXVideo2", cls="LTX2VideoTransformer3DModel",
+        name="ltxvideo2",
+        docs_name="LTXVideo2",
+        cls="LTX2VideoTransformer3DModel",
         presets={
             "2.3-dev": Preset({}, FamilyShape(704, 1280, frames=49, text_tokens=256), 18.88),
-            "tiny": Preset({"in_channels": 8, "out_channels": 8, "num_attention_heads": 2, "attention_head_dim": 8,
-                            "cross_attention_dim": 16, "audio_in_channels": 8, "audio_out_channels": 8,
-                            "audio_num_attention_heads": 2, "audio_attention_head_dim": 8, "audio_cross_attention_dim": 16,
-                            "num_layers": 4, "caption_channels": 24}, FamilyShape(64, 64, frames=9, batch=2, text_tokens=8)),
+            "tiny": Preset(
+                {
+                    "in_channels": 8,
+                    "out_channels": 8,
+                    "num_attention_heads": 2,
+                    "attention_head_dim": 8,
+                    "cross_attention_dim": 16,
+                    "audio_in_channels": 8,
+                    "audio_out_channels": 8,
+                    "audio_num_attention_heads": 2,
+                    "audio_attention_head_dim": 8,
+                    "audio_cross_attention_dim": 16,
+                    "num_layers": 4,
+                    "caption_channels": 24,
+                },
+                FamilyShape(64, 64, frames=9, batch=2, text_tokens=8),
+            ),
         },
         inputs=ltx2_inputs,
         latents=Latents(spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t"),
         # Training passes no spatio-temporal guidance blocks, so every block gets the same extras.
         block_lists={"transformer_blocks": CallConvention.state("hidden_states", "audio_hidden_states")},
-        attention=("attn1", "attn2", "audio_attn1", "audio_attn2"), feed_forward=("ff", "audio_ff"),
+        attention=("attn1", "attn2", "audio_attn1", "audio_attn2"),
+        feed_forward=("ff", "audio_ff"),
         blocks_note="joint video+audio blocks; the audio stream's attention and feed-forward count too",
     ),
     Family(
-        name="wan", docs_name="Wan 2.1", cls="WanTransformer3DModel",
+        name="wan",
+        docs_name="Wan 2.1",
+        cls="WanTransformer3DModel",
         presets={
             "t2v-14b": Preset({}, VIDEO_480P, 14.29),
             "t2v-1.3b": Preset({"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30}, VIDEO_480P, 1.42),
@@ -225,10 +304,13 @@ FAMILIES = (
         inputs=wan_inputs,
         latents=VIDEO,
         block_lists={"blocks": FIRST_ARG},
-        attention=("attn1", "attn2"), feed_forward=("ffn",),
+        attention=("attn1", "attn2"),
+        feed_forward=("ffn",),
     ),
     Family(
-        name="anyflow", docs_name="AnyFlow (Anima)", cls="AnyFlowTransformer3DModel",
+        name="anyflow",
+        docs_name="AnyFlow (Anima)",
+        cls="AnyFlowTransformer3DModel",
         presets={
             "stage1": Preset({}, FamilyShape(1024, 1024, frames=1, text_tokens=512)),
             "tiny": Preset(TINY_WAN, TINY_VIDEO),
@@ -236,70 +318,151 @@ FAMILIES = (
         inputs=anyflow_inputs,
         latents=VIDEO,
         block_lists={"blocks": FIRST_ARG},
-        attention=("attn1", "attn2"), feed_forward=("ffn",),
+        attention=("attn1", "attn2"),
+        feed_forward=("ffn",),
     ),
     Family(
-        name="cosmos2", docs_name="Cosmos 2 Image", cls="CosmosTransformer3DModel",
+        name="cosmos2",
+        docs_name="Cosmos 2 Image",
+        cls="CosmosTransformer3DModel",
         presets={
-            "2b-t2i": Preset({"num_attention_heads": 16, "rope_scale": (1.0, 4.0, 4.0), "extra_pos_embed_type": None},
-                             FamilyShape(512, 512, text_tokens=512), 1.96),
-            "tiny": Preset({"in_channels": 4, "out_channels": 4, "num_attention_heads": 2, "attention_head_dim": 24,
-                            "num_layers": 4, "text_embed_dim": 32, "adaln_lora_dim": 8, "max_size": (8, 16, 16),
-                            "patch_size": (1, 2, 2), "rope_scale": (1.0, 1.0, 1.0), "extra_pos_embed_type": None},
-                           FamilyShape(64, 64, batch=2, text_tokens=8)),
+            "2b-t2i": Preset(
+                {"num_attention_heads": 16, "rope_scale": (1.0, 4.0, 4.0), "extra_pos_embed_type": None},
+                FamilyShape(512, 512, text_tokens=512),
+                1.96,
+            ),
+            "tiny": Preset(
+                {
+                    "in_channels": 4,
+                    "out_channels": 4,
+                    "num_attention_heads": 2,
+                    "attention_head_dim": 24,
+                    "num_layers": 4,
+                    "text_embed_dim": 32,
+                    "adaln_lora_dim": 8,
+                    "max_size": (8, 16, 16),
+                    "patch_size": (1, 2, 2),
+                    "rope_scale": (1.0, 1.0, 1.0),
+                    "extra_pos_embed_type": None,
+                },
+                FamilyShape(64, 64, batch=2, text_tokens=8),
+            ),
         },
-        inputs=cosmos_inputs, setup=cosmos_torchvision_shim,
+        inputs=cosmos_inputs,
+        setup=cosmos_torchvision_shim,
         latents=VIDEO,
         block_lists={"transformer_blocks": HIDDEN},
-        attention=("attn1", "attn2"), feed_forward=("ff",),
+        attention=("attn1", "attn2"),
+        feed_forward=("ff",),
     ),
     Family(
-        name="cosmos3", docs_name="Cosmos 3", cls="Cosmos3OmniTransformer",
+        name="cosmos3",
+        docs_name="Cosmos 3",
+        cls="Cosmos3OmniTransformer",
         presets={
             "default": Preset({}, FamilyShape(1024, 1024, text_tokens=256)),  # class defaults; the docs ran "edge"
-            "tiny": Preset({"hidden_size": 32, "head_dim": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
-                            "intermediate_size": 48, "num_hidden_layers": 4, "latent_channel": 4, "latent_patch_size": 2,
-                            "patch_latent_dim": 16, "vocab_size": 128, "dtype": "float32"},
-                           FamilyShape(64, 64, batch=1, text_tokens=8)),
+            "tiny": Preset(
+                {
+                    "hidden_size": 32,
+                    "head_dim": 16,
+                    "num_attention_heads": 2,
+                    "num_key_value_heads": 1,
+                    "intermediate_size": 48,
+                    "num_hidden_layers": 4,
+                    "latent_channel": 4,
+                    "latent_patch_size": 2,
+                    "patch_latent_dim": 16,
+                    "vocab_size": 128,
+                    "dtype": "float32",
+                },
+                FamilyShape(64, 64, batch=1, text_tokens=8),
+            ),
         },
-        inputs=cosmos3_inputs, latents_arg="vision_tokens",
+        inputs=cosmos3_inputs,
+        latents_arg="vision_tokens",
         latents=Latents(spatial=16, patch="latent_patch_size"),
         # decoder layers carry (understanding, generation) streams: und, gen = layer(und, gen, rotary)
         block_lists={"layers": FIRST_TWO_ARGS},
-        attention=("self_attn",), feed_forward=("mlp", "mlp_moe_gen"),
+        attention=("self_attn",),
+        feed_forward=("mlp", "mlp_moe_gen"),
         lora_targets=("to_q", "to_k", "to_v", "to_out"),
         blocks_note="mixture-of-transformers decoder layers; the sequence is packed (batch 1 per cell)",
     ),
     Family(
-        name="kandinsky5", docs_name="Kandinsky 5", cls="Kandinsky5Transformer3DModel",
+        name="kandinsky5",
+        docs_name="Kandinsky 5",
+        cls="Kandinsky5Transformer3DModel",
         presets={
-            "t2v-lite": Preset({"in_visual_dim": 16, "out_visual_dim": 16, "model_dim": 1792, "ff_dim": 7168,
-                                "num_text_blocks": 2, "num_visual_blocks": 32, "visual_cond": True, "time_dim": 512,
-                                "axes_dims": (16, 24, 24)}, FamilyShape(512, 768, frames=81, text_tokens=256), 2.01),
-            "tiny": Preset({"in_visual_dim": 4, "out_visual_dim": 4, "in_text_dim": 24, "in_text_dim2": 16, "time_dim": 16,
-                            "model_dim": 32, "ff_dim": 48, "num_text_blocks": 1, "num_visual_blocks": 4,
-                            "axes_dims": (4, 6, 6), "visual_cond": True}, TINY_VIDEO),
+            "t2v-lite": Preset(
+                {
+                    "in_visual_dim": 16,
+                    "out_visual_dim": 16,
+                    "model_dim": 1792,
+                    "ff_dim": 7168,
+                    "num_text_blocks": 2,
+                    "num_visual_blocks": 32,
+                    "visual_cond": True,
+                    "time_dim": 512,
+                    "axes_dims": (16, 24, 24),
+                },
+                FamilyShape(512, 768, frames=81, text_tokens=256),
+                2.01,
+            ),
+            "tiny": Preset(
+                {
+                    "in_visual_dim": 4,
+                    "out_visual_dim": 4,
+                    "in_text_dim": 24,
+                    "in_text_dim2": 16,
+                    "time_dim": 16,
+                    "model_dim": 32,
+                    "ff_dim": 48,
+                    "num_text_blocks": 1,
+                    "num_visual_blocks": 4,
+                    "axes_dims": (4, 6, 6),
+                    "visual_cond": True,
+                },
+                TINY_VIDEO,
+            ),
         },
         inputs=kandinsky5_inputs,
         latents=VIDEO,
         block_lists={"text_transformer_blocks": FIRST_ARG, "visual_transformer_blocks": FIRST_ARG},
-        attention=("self_attention", "cross_attention"), feed_forward=("feed_forward",),
+        attention=("self_attention", "cross_attention"),
+        feed_forward=("feed_forward",),
         lora_targets=("to_query", "to_key", "to_value", "self_attention.out_layer", "cross_attention.out_layer"),
         fp32_inputs=("time_embed",),  # from time_embeddings, which the class keeps in fp32
     ),
     Family(
-        name="minimax-h3", docs_name="MiniMax H3", cls="MiniMaxH3Transformer3DModel",
+        name="minimax-h3",
+        docs_name="MiniMax H3",
+        cls="MiniMaxH3Transformer3DModel",
         presets={
             "h3": Preset({}, FamilyShape(480, 832, frames=49, batch=1, text_tokens=256)),
-            "tiny": Preset({"num_attention_heads": 2, "attention_head_dim": 24, "hidden_size": 48, "num_layers": 4,
-                            "num_refiner_layers": 1, "ffn_dim": 48, "in_channels": 4, "audio_in_channels": 8,
-                            "text_dim": 24, "freq_dim": 16, "time_embed_hidden_dim": 32, "time_embed_dim": 16,
-                            "rope_freq_dim": 4}, FamilyShape(64, 64, frames=5, batch=1, text_tokens=8)),
+            "tiny": Preset(
+                {
+                    "num_attention_heads": 2,
+                    "attention_head_dim": 24,
+                    "hidden_size": 48,
+                    "num_layers": 4,
+                    "num_refiner_layers": 1,
+                    "ffn_dim": 48,
+                    "in_channels": 4,
+                    "audio_in_channels": 8,
+                    "text_dim": 24,
+                    "freq_dim": 16,
+                    "time_embed_hidden_dim": 32,
+                    "time_embed_dim": 16,
+                    "rope_freq_dim": 4,
+                },
+                FamilyShape(64, 64, frames=5, batch=1, text_tokens=8),
+            ),
         },
         inputs=minimax_h3_inputs,
         latents=VIDEO,
         block_lists={"transformer_blocks": FIRST_ARG},
-        attention=("attn",), feed_forward=("ff",),
+        attention=("attn",),
+        feed_forward=("ff",),
         fp32_inputs=("temb",),  # from time_embedder, which the class keeps in fp32
         blocks_note="joint text/video/audio blocks; the text token refiner is not checkpointed",
     ),

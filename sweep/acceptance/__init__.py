@@ -7,6 +7,7 @@ the output folder gets results.db (every measured cell), summary.md, one JSON fi
 check. On a CPU (`--device cpu`) the same checks run at tiny scale, and those that need CUDA say
 so as `skipped` with the reason. The exit status is 1 when a check failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,23 +29,41 @@ def _run_one(name: str, device: str, out: Path) -> Outcome:
     started = time.perf_counter()
     with log.open("w") as stream:
         try:
-            done = subprocess.run([sys.executable, "-m", "sweep.acceptance", "--check", name, "--device", device,
-                                   "--out", str(out)], stdout=stream, stderr=subprocess.STDOUT, timeout=timeout_s)
+            done = subprocess.run(
+                [sys.executable, "-m", "sweep.acceptance", "--check", name, "--device", device, "--out", str(out)],
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
-            return Outcome(name, "failed", [f"no result within {timeout_s} s (killed); see logs/{name}.log"],
-                           seconds=time.perf_counter() - started)
+            return Outcome(
+                name,
+                "failed",
+                [f"no result within {timeout_s} s (killed); see logs/{name}.log"],
+                seconds=time.perf_counter() - started,
+            )
     if not result.exists():
-        return Outcome(name, "failed", [f"the check's process exited with {done.returncode} before reporting; "
-                                        f"see logs/{name}.log"], seconds=time.perf_counter() - started)
+        return Outcome(
+            name,
+            "failed",
+            [f"the check's process exited with {done.returncode} before reporting; see logs/{name}.log"],
+            seconds=time.perf_counter() - started,
+        )
     outcome = Outcome(**json.loads(result.read_text()))
     outcome.seconds = time.perf_counter() - started
     return outcome
 
 
 def summary(outcomes: list[Outcome], device: str) -> str:
-    lines = [f"# Acceptance run on {device}", "", f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
-             "every figure below was measured by this run (results.db holds the cells).", "",
-             "| check | status | seconds | first line |", "|---|---|---|---|"]
+    lines = [
+        f"# Acceptance run on {device}",
+        "",
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
+        "every figure below was measured by this run (results.db holds the cells).",
+        "",
+        "| check | status | seconds | first line |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {o.name} | {o.status} | {o.seconds:.1f} | {(o.details or [''])[0]} |" for o in outcomes]
     for o in outcomes:
         lines += ["", f"## {o.name}: {o.status}", "", *(f"- {line}" for line in o.details)]

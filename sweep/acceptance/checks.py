@@ -1,5 +1,6 @@
 """The acceptance checks. Each runs in its own process (see __init__), on `cuda` at the docs' scale
 or on `cpu` at tiny scale, and returns an Outcome: ok, failed, or skipped with the reason."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,15 @@ def _verdict(name: str, problems: list[str], details: list[str], **extra) -> Out
 
 def sweep_cli(out: Path, *overrides: str) -> subprocess.CompletedProcess:
     """`ckpt-sweep run` into the acceptance database; its output goes to this check's log."""
-    command = [sys.executable, "-m", "sweep.cli", "run", f"db.url=sqlite:///{out.resolve() / 'results.db'}",
-               f"hydra.sweep.dir={out.resolve() / 'multirun'}", *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "sweep.cli",
+        "run",
+        f"db.url=sqlite:///{out.resolve() / 'results.db'}",
+        f"hydra.sweep.dir={out.resolve() / 'multirun'}",
+        *overrides,
+    ]
     print("$", " ".join(command), flush=True)
     done = subprocess.run(command, capture_output=True, text=True)
     print(done.stdout, done.stderr, sep="\n", flush=True)
@@ -57,12 +65,17 @@ def cells(out: Path, run: str, provenance: str = "measured") -> list[dict]:
         connection.row_factory = sqlite3.Row
         rows = connection.execute(
             "select c.*, r.hardware as hardware from cells c join runs r on r.id = c.run_id "
-            "where r.name = ? and r.provenance = ? order by c.id", (run, provenance)).fetchall()
-    return [{**dict(row), "config": json.loads(row["config"]), "timings": json.loads(row["timings"] or "{}")}
-            for row in rows]
+            "where r.name = ? and r.provenance = ? order by c.id",
+            (run, provenance),
+        ).fetchall()
+    return [
+        {**dict(row), "config": json.loads(row["config"]), "timings": json.loads(row["timings"] or "{}")}
+        for row in rows
+    ]
 
 
 # ---- fork server ------------------------------------------------------------------------------
+
 
 def fork_server(device: str, out: Path) -> Outcome:
     from ..isolation import run_isolated
@@ -75,8 +88,10 @@ def fork_server(device: str, out: Path) -> Outcome:
         problems.append(f"CUDA was initialised before the child touched it: {report}")
     if report and not report.get("allocated"):
         problems.append("the child could not allocate on the device")
-    details = [f"child started with CUDA initialised={report.get('initialized_at_start')}, "
-               f"bad fork={report.get('bad_fork_at_start')}; allocated on {device}: {report.get('allocated')}"]
+    details = [
+        f"child started with CUDA initialised={report.get('initialized_at_start')}, "
+        f"bad fork={report.get('bad_fork_at_start')}; allocated on {device}: {report.get('allocated')}"
+    ]
     if _cuda(device) and report:
         if report["torch_uuid"] != report["nvml_uuid"]:
             problems.append(f"torch sees GPU {report['torch_uuid']}, NVML {report['nvml_uuid']}")
@@ -141,36 +156,48 @@ def offload(device: str, out: Path) -> Outcome:
 
     reference, _ = _gradients(device, None)
     tolerance = 2e-2 if _cuda(device) else 0.0  # bf16 kernels on CUDA need not be bitwise; fp32 on CPU is
-    problems, table = [], ["| mode | max abs grad difference vs none | pinned MiB | pin failures | pageable |",
-                           "|---|---|---|---|---|"]
+    problems, table = (
+        [],
+        ["| mode | max abs grad difference vs none | pinned MiB | pin failures | pageable |", "|---|---|---|---|---|"],
+    )
     for mode in OFFLOAD_MODES[1:]:
         config = MODES[mode]
         grads, report = _gradients(device, config)
         difference = _max_difference(grads, reference)
         scale = max(float(g.abs().max()) for g in reference.values())
         pool = report.pool
-        table.append(f"| {mode} | {difference:.3g} | {pool.get('peak_pinned_bytes', 0) / 2 ** 20:.1f} | "
-                     f"{pool.get('pin_failures', 0)} | {pool.get('pageable_fallbacks', 0)} |")
+        table.append(
+            f"| {mode} | {difference:.3g} | {pool.get('peak_pinned_bytes', 0) / 2**20:.1f} | "
+            f"{pool.get('pin_failures', 0)} | {pool.get('pageable_fallbacks', 0)} |"
+        )
         if difference > tolerance * scale:
             problems.append(f"{mode}: gradients differ from none by {difference:.3g} (scale {scale:.3g})")
         if _cuda(device) and config.uses_offload:
             if not pool.get("peak_pinned_bytes"):
                 problems.append(f"{mode}: nothing was pinned")
             if pool.get("pin_failures") or pool.get("pageable_fallbacks"):
-                problems.append(f"{mode}: {pool.get('pin_failures')} pin failures, "
-                                f"{pool.get('pageable_fallbacks')} pageable fallbacks")
-    details = [f"{len(OFFLOAD_MODES) - 1} modes against none, 3 steps each, "
-               + ("width 3072, 4 layers, 4096 tokens, bf16" if _cuda(device) else "tiny, fp32 (bitwise)")]
+                problems.append(
+                    f"{mode}: {pool.get('pin_failures')} pin failures, "
+                    f"{pool.get('pageable_fallbacks')} pageable fallbacks"
+                )
+    details = [
+        f"{len(OFFLOAD_MODES) - 1} modes against none, 3 steps each, "
+        + ("width 3072, 4 layers, 4096 tokens, bf16" if _cuda(device) else "tiny, fp32 (bitwise)")
+    ]
     if _cuda(device):
         plain, _ = _gradients(device, MODES["unsloth"])
         original = streams.streams_for
-        streams.streams_for = lambda d: DelayedCopies(original(d), cycles=50_000_000) if d.type == "cuda" else original(d)
+        streams.streams_for = lambda d: (
+            DelayedCopies(original(d), cycles=50_000_000) if d.type == "cuda" else original(d)
+        )
         try:
             delayed, _ = _gradients(device, MODES["unsloth"])
         finally:
             streams.streams_for = original
         difference = _max_difference(delayed, plain)
-        details.append(f"unsloth with a 50M-cycle sleep before each device-to-host copy: max difference {difference:.3g}")
+        details.append(
+            f"unsloth with a 50M-cycle sleep before each device-to-host copy: max difference {difference:.3g}"
+        )
         if difference > tolerance * max(float(g.abs().max()) for g in plain.values()):
             problems.append(f"a delayed copy stream changed unsloth's gradients by {difference:.3g}")
         torch.cuda.synchronize()
@@ -181,18 +208,31 @@ def offload(device: str, out: Path) -> Outcome:
 
 # ---- the harness ---------------------------------------------------------------------------------
 
+
 def harness(device: str, out: Path) -> Outcome:
     presets = "packed-4096,packed-16384" if _cuda(device) else "tiny,cpu-256"
-    common = ["sweep=none", f"preset={presets}", "mode=none,layer,unsloth", "training=frozen", f"run.name={RUN}-harness"]
-    measured = sweep_cli(out, *common, f"device={device}", "measure.warmup_steps=2",
-                         f"measure.steps={5 if _cuda(device) else 3}")
+    common = [
+        "sweep=none",
+        f"preset={presets}",
+        "mode=none,layer,unsloth",
+        "training=frozen",
+        f"run.name={RUN}-harness",
+    ]
+    measured = sweep_cli(
+        out, *common, f"device={device}", "measure.warmup_steps=2", f"measure.steps={5 if _cuda(device) else 3}"
+    )
     predicted = sweep_cli(out, *common, "predict=true", f"predict_device={'cuda' if _cuda(device) else 'cpu'}")
-    problems = [f"ckpt-sweep run exited with {d.returncode}: {d.stderr.strip().splitlines()[-1:]}"
-                for d in (measured, predicted) if d.returncode]
+    problems = [
+        f"ckpt-sweep run exited with {d.returncode}: {d.stderr.strip().splitlines()[-1:]}"
+        for d in (measured, predicted)
+        if d.returncode
+    ]
     rows = cells(out, f"{RUN}-harness")
     predictions = {c["cell_key"]: c["peak_bytes"] for c in cells(out, f"{RUN}-harness", "predicted")}
-    table = ["| preset | mode | sec/step | peak GiB | first-step peak GiB | predicted GiB | measured/predicted - 1 |",
-             "|---|---|---|---|---|---|---|"]
+    table = [
+        "| preset | mode | sec/step | peak GiB | first-step peak GiB | predicted GiB | measured/predicted - 1 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     errors = {}
     for cell in rows:
         if cell["status"] != "ok":
@@ -204,38 +244,57 @@ def harness(device: str, out: Path) -> Outcome:
         error = cell["peak_bytes"] / predicted_peak - 1 if predicted_peak else None
         errors[f"{cell['preset']}/{cell['mode']}"] = error
         first = "" if cell["first_step_peak_bytes"] is None else f"{cell['first_step_peak_bytes'] / GIB:.2f}"
-        table.append(f"| {cell['preset']} | {cell['mode']} | {cell['sec_per_step']:.4f} | {cell['peak_bytes'] / GIB:.2f} | "
-                     f"{first} | {(predicted_peak or 0) / GIB:.2f} | {'' if error is None else f'{error:+.1%}'} |")
+        table.append(
+            f"| {cell['preset']} | {cell['mode']} | {cell['sec_per_step']:.4f} | {cell['peak_bytes'] / GIB:.2f} | "
+            f"{first} | {(predicted_peak or 0) / GIB:.2f} | {'' if error is None else f'{error:+.1%}'} |"
+        )
     if len(rows) != 6:
         problems.append(f"{len(rows)} measured cells, expected 6")
     within = [k for k, e in errors.items() if e is not None and abs(e) <= 0.05]
-    details = [f"{len(rows)} cells measured through ckpt-sweep run into results.db (run {RUN}-harness); "
-               f"{len(within)} of {len(errors)} within 5% of their prediction"]
+    details = [
+        f"{len(rows)} cells measured through ckpt-sweep run into results.db (run {RUN}-harness); "
+        f"{len(within)} of {len(errors)} within 5% of their prediction"
+    ]
     by_mode = {(c["preset"], c["mode"]): c for c in rows if c["status"] == "ok"}
     largest = presets.split(",")[-1]
     if all((largest, m) in by_mode for m in ("none", "layer", "unsloth")):
         none, layer, unsloth = (by_mode[(largest, m)] for m in ("none", "layer", "unsloth"))
-        details.append(f"{largest}: torch layer {layer['sec_per_step'] / none['sec_per_step']:.3f}x no checkpoint "
-                       f"(docs, H100: 1.27x); unsloth layer {unsloth['sec_per_step'] / layer['sec_per_step'] - 1:+.1%} "
-                       f"time and {(unsloth['peak_bytes'] - layer['peak_bytes']) / GIB:+.2f} GiB vs torch layer "
-                       "(docs, H100: +4.5%, -1.3 GiB)")
+        details.append(
+            f"{largest}: torch layer {layer['sec_per_step'] / none['sec_per_step']:.3f}x no checkpoint "
+            f"(docs, H100: 1.27x); unsloth layer {unsloth['sec_per_step'] / layer['sec_per_step'] - 1:+.1%} "
+            f"time and {(unsloth['peak_bytes'] - layer['peak_bytes']) / GIB:+.2f} GiB vs torch layer "
+            "(docs, H100: +4.5%, -1.3 GiB)"
+        )
     return _verdict("harness", problems, details, table=table, figures={"prediction_error": errors})
 
 
 # ---- out of memory -----------------------------------------------------------------------------
 
+
 def oom(device: str, out: Path) -> Outcome:
-    preset, huge, expected = (("packed-4096", 512, "oom") if _cuda(device) else ("cpu-256", 2 ** 22, "host-oom"))
-    done = sweep_cli(out, "sweep=none", f"preset={preset}", "mode=none", "training=frozen", f"device={device}",
-                     f"+shape.batch={huge},1", "measure.warmup_steps=1", "measure.steps=1", f"run.name={RUN}-oom")
+    preset, huge, expected = ("packed-4096", 512, "oom") if _cuda(device) else ("cpu-256", 2**22, "host-oom")
+    done = sweep_cli(
+        out,
+        "sweep=none",
+        f"preset={preset}",
+        "mode=none",
+        "training=frozen",
+        f"device={device}",
+        f"+shape.batch={huge},1",
+        "measure.warmup_steps=1",
+        "measure.steps=1",
+        f"run.name={RUN}-oom",
+    )
     rows = cells(out, f"{RUN}-oom")
     statuses = [(c["config"]["shape"].get("batch"), c["status"]) for c in rows]
     problems = [] if done.returncode == 0 else [f"ckpt-sweep run exited with {done.returncode}"]
     if statuses != [(huge, expected), (1, "ok")]:
         problems.append(f"statuses {statuses}, expected [({huge}, {expected!r}), (1, 'ok')]")
     reason = (rows[0]["reason"] or "")[:160] if rows else None
-    details = [f"batch {huge}: {statuses[0][1] if statuses else '?'} ({reason}); then batch 1: "
-               f"{statuses[1][1] if len(statuses) > 1 else '?'}"]
+    details = [
+        f"batch {huge}: {statuses[0][1] if statuses else '?'} ({reason}); then batch 1: "
+        f"{statuses[1][1] if len(statuses) > 1 else '?'}"
+    ]
     if rows and _cuda(device):
         details.append(f"allocator peak at the OOM: {(rows[0]['peak_at_oom_bytes'] or 0) / GIB:.2f} GiB")
     return _verdict("oom", problems, details)
@@ -250,18 +309,34 @@ def quantization(device: str, out: Path) -> Outcome:
     import torch
 
     preset = "packed-1024" if _cuda(device) else "cpu-256"
-    done = sweep_cli(out, "sweep=none", f"preset={preset}", "mode=none,layer", f"quantization={','.join(QUANTIZATIONS)}",
-                     "dtype=bf16", "training=lora", f"device={device}", "measure.warmup_steps=2", "measure.steps=3",
-                     "measure.timeout_s=600", f"run.name={RUN}-quantization")
+    done = sweep_cli(
+        out,
+        "sweep=none",
+        f"preset={preset}",
+        "mode=none,layer",
+        f"quantization={','.join(QUANTIZATIONS)}",
+        "dtype=bf16",
+        "training=lora",
+        f"device={device}",
+        "measure.warmup_steps=2",
+        "measure.steps=3",
+        "measure.timeout_s=600",
+        f"run.name={RUN}-quantization",
+    )
     rows = cells(out, f"{RUN}-quantization")
     fp8_runs = _cuda(device) and torch.cuda.get_device_capability() >= (8, 9)
     problems = [] if done.returncode == 0 else [f"ckpt-sweep run exited with {done.returncode}"]
     bf16 = {c["mode"]: c["weight_bytes"] for c in rows if c["quantization"] == "none" and c["status"] == "ok"}
-    table = ["| precision | mode | status | weight bytes / bf16 | build s | first step s | sec/step |", "|---|---|---|---|---|---|---|"]
+    table = [
+        "| precision | mode | status | weight bytes / bf16 | build s | first step s | sec/step |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for cell in rows:
         expected = "unsupported" if cell["quantization"] == "fp8-torchao" and not fp8_runs else "ok"
         if cell["status"] != expected:
-            problems.append(f"{cell['quantization']} {cell['mode']}: {cell['status']} ({cell['reason']}), expected {expected}")
+            problems.append(
+                f"{cell['quantization']} {cell['mode']}: {cell['status']} ({cell['reason']}), expected {expected}"
+            )
         ratio = cell["weight_bytes"] / bf16[cell["mode"]] if cell["weight_bytes"] and bf16.get(cell["mode"]) else None
         if cell["status"] == "ok" and cell["quantization"] != "none" and not (ratio and 0.45 <= ratio <= 0.6):
             problems.append(f"{cell['quantization']} {cell['mode']}: weight bytes {ratio} of bf16, expected about half")
@@ -271,12 +346,15 @@ def quantization(device: str, out: Path) -> Outcome:
     sdnq = [c for c in rows if c["quantization"] == "int8-sdnq" and c["status"] == "ok"]
     details = [f"{len(rows)} cells; fp8-torchao {'runs' if fp8_runs else 'is expected unsupported'} here"]
     if sdnq:
-        details.append("SDNQ build + first step (compilation lands there): " + ", ".join(
-            f"{c['mode']} {c['timings'].get('build_s', 0) + (c['first_step_s'] or 0):.1f} s" for c in sdnq))
+        details.append(
+            "SDNQ build + first step (compilation lands there): "
+            + ", ".join(f"{c['mode']} {c['timings'].get('build_s', 0) + (c['first_step_s'] or 0):.1f} s" for c in sdnq)
+        )
     return _verdict("quantization", problems, details, table=table)
 
 
 # ---- every family ------------------------------------------------------------------------------
+
 
 def families(device: str, out: Path) -> Outcome:
     import torch
@@ -300,12 +378,15 @@ def families(device: str, out: Path) -> Outcome:
                 ran += 1
             except Exception as error:  # noqa: BLE001 - every family is tried
                 problems.append(f"{name} {mode}: {type(error).__name__}: {str(error)[:200]}")
-    details = [f"{ran} family x mode steps in bf16 on {device}; no diffusers class (unsupported by design): "
-               f"{', '.join(without_class)}"]
+    details = [
+        f"{ran} family x mode steps in bf16 on {device}; no diffusers class (unsupported by design): "
+        f"{', '.join(without_class)}"
+    ]
     return _verdict("families", problems, details)
 
 
 # ---- environment -------------------------------------------------------------------------------
+
 
 def environment(device: str, out: Path) -> Outcome:
     if not _cuda(device):
@@ -325,8 +406,10 @@ def environment(device: str, out: Path) -> Outcome:
         problems.append(f"UUID: torch {report.get('torch_uuid')}, NVML {report.get('nvml_uuid')}")
     if report.get("torch_memory") != report.get("nvml_memory"):
         problems.append(f"memory: torch {report.get('torch_memory')}, NVML {report.get('nvml_memory')}")
-    details = [f"label {gpu.label!r}; memory {gpu.memory_bytes / GIB:.2f} GiB; driver {gpu.driver}; "
-               f"capability {gpu.capability}"]
+    details = [
+        f"label {gpu.label!r}; memory {gpu.memory_bytes / GIB:.2f} GiB; driver {gpu.driver}; "
+        f"capability {gpu.capability}"
+    ]
     return _verdict("environment", problems, details)
 
 

@@ -1,4 +1,5 @@
 """Tasks the acceptance checks run in a cell's child process (from the fork server)."""
+
 from __future__ import annotations
 
 from ..results import CellResult
@@ -22,6 +23,12 @@ def fork_probe(device: str) -> CellResult:
     if device.startswith("cuda"):
         properties = torch.cuda.get_device_properties(torch.device(device))
         nvml = gpus.gpu_for(device)
-        report.update(torch_uuid=_bare(properties.uuid), nvml_uuid=_bare(nvml.uuid), torch_name=properties.name,
-                      nvml_name=nvml.name, torch_memory=properties.total_memory, nvml_memory=nvml.memory_bytes)
+        report.update(
+            torch_uuid=_bare(properties.uuid),
+            nvml_uuid=_bare(nvml.uuid),
+            torch_name=properties.name,
+            nvml_name=nvml.name,
+            torch_memory=properties.total_memory,
+            nvml_memory=nvml.memory_bytes,
+        )
     return CellResult(Status.OK, report=report)

@@ -1,4 +1,5 @@
 """What both scenarios share: a cell's config, its builder, and every outcome mapped to a status."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,5 +32,12 @@ def run_scenario(fields: dict, scenario: Callable, device=None) -> CellResult:
 
 def build_kwargs(cell: Cell) -> dict:
     """The keyword arguments every builder takes (see README: your own model)."""
-    return dict(preset=cell.preset, training=cell.training, lora_rank=cell.lora_rank, seed=cell.seed,
-                quantization=cell.quantization, dtype=cell.torch_dtype(), **cell.shape)
+    return dict(
+        preset=cell.preset,
+        training=cell.training,
+        lora_rank=cell.lora_rank,
+        seed=cell.seed,
+        quantization=cell.quantization,
+        dtype=cell.torch_dtype(),
+        **cell.shape,
+    )

@@ -3,6 +3,7 @@
 Every torch.cuda call names the cell's device: with `device=cuda:1`, a bare
 `torch.cuda.max_memory_allocated()` would read cuda:0.
 """
+
 from __future__ import annotations
 
 import gc
@@ -38,9 +39,11 @@ class CudaDevice:
         return 1 - free / total
 
     def memory(self, work) -> dict:
-        return {"peak_bytes": torch.cuda.max_memory_allocated(self.device),
-                "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
-                "alloc_retries": torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)}
+        return {
+            "peak_bytes": torch.cuda.max_memory_allocated(self.device),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
+            "alloc_retries": torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0),
+        }
 
     def name(self) -> str:
         return torch.cuda.get_device_name(self.device)
@@ -73,8 +76,11 @@ class CpuDevice:
 
         tic = time.perf_counter()
         tracker = step_peak(work, self.device)
-        return {"peak_bytes": tracker.peak_bytes, "breakdown": dict(tracker.peak_by_category),
-                "memory_step_s": time.perf_counter() - tic}
+        return {
+            "peak_bytes": tracker.peak_bytes,
+            "breakdown": dict(tracker.peak_by_category),
+            "memory_step_s": time.perf_counter() - tic,
+        }
 
     def name(self) -> str:
         from sweep.environment import cpu_model

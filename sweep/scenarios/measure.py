@@ -4,6 +4,7 @@ Each timed step is bracketed by a synchronisation of the cell's device, so a sam
 device time; the peaks and accumulated counters are reset after warmup, so they describe the
 measured steps (the first step's peak is kept apart: it can be the real peak).
 """
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,9 @@ class MeasureSettings:
     skip_over_bytes: int | None = None  # predict first; a cell predicted over this card is not run
 
 
-def timed_steps(step: Callable, device, warmup_steps: int, steps: int,
-                clock: Callable[[], float] = time.perf_counter) -> tuple[list[tuple[float, bool]], list[float], int | None]:
+def timed_steps(
+    step: Callable, device, warmup_steps: int, steps: int, clock: Callable[[], float] = time.perf_counter
+) -> tuple[list[tuple[float, bool]], list[float], int | None]:
     """(samples as (seconds, warmup), losses, first step's peak) of `warmup_steps + steps` calls of `step`."""
     samples, losses, first_step_peak = [], [], None
     device.reset_peaks()
@@ -54,8 +56,12 @@ def _predicted_over_card(cell, config, build, settings: MeasureSettings) -> Cell
         return None
     if prediction.fits(settings.skip_over_bytes):
         return None
-    return CellResult(Status.PREDICTED_OOM, over_card(prediction, settings.skip_over_bytes),
-                      breakdown=prediction.breakdown, timings={"predict_s": time.perf_counter() - tic})
+    return CellResult(
+        Status.PREDICTED_OOM,
+        over_card(prediction, settings.skip_over_bytes),
+        breakdown=prediction.breakdown,
+        timings={"predict_s": time.perf_counter() - tic},
+    )
 
 
 def measure_cell(fields: dict, settings: MeasureSettings) -> CellResult:
@@ -80,9 +86,18 @@ def measure_cell(fields: dict, settings: MeasureSettings) -> CellResult:
             timings["memory_step_s"] = memory.pop("memory_step_s")
         report = handle.report
         return CellResult(
-            Status.OK, **step_statistics(samples), **memory, samples=samples, final_loss=losses[-1] if losses else None,
-            first_step_peak_bytes=first_step_peak, host_offload_peak_bytes=report.pool.get("peak_held_bytes", 0),
-            weight_bytes=base_weight_bytes(work.model), report=report.as_dict(), plan=report.plans,
-            device_name=device.name(), timings=timings)
+            Status.OK,
+            **step_statistics(samples),
+            **memory,
+            samples=samples,
+            final_loss=losses[-1] if losses else None,
+            first_step_peak_bytes=first_step_peak,
+            host_offload_peak_bytes=report.pool.get("peak_held_bytes", 0),
+            weight_bytes=base_weight_bytes(work.model),
+            report=report.as_dict(),
+            plan=report.plans,
+            device_name=device.name(),
+            timings=timings,
+        )
 
     return run_scenario(fields, scenario, device)

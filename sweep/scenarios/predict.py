@@ -1,4 +1,5 @@
 """The predict scenario: a cell's peak on a device model, from ckptlib.predict (nothing allocated)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,20 +24,28 @@ def predict(cell, config, build, device_model: str):
 
 
 def over_card(prediction, card_bytes: int) -> str:
-    return (f"predicted peak {prediction.peak_bytes / GIB:.2f} GiB + {prediction.context_bytes / GIB:.2f} GiB context "
-            f"exceeds the {card_bytes / GIB:.2f} GiB card")
+    return (
+        f"predicted peak {prediction.peak_bytes / GIB:.2f} GiB + {prediction.context_bytes / GIB:.2f} GiB context "
+        f"exceeds the {card_bytes / GIB:.2f} GiB card"
+    )
 
 
 def predict_cell(fields: dict, settings: PredictSettings) -> CellResult:
     """The cell's predicted peak on the device model; `oom` when it exceeds the card."""
+
     def scenario(cell, config, build):
         predicted = predict(cell, config, build, settings.device_model)
         fits = settings.card_bytes is None or predicted.fits(settings.card_bytes)
         return CellResult(
-            Status.OK if fits else Status.OOM, reason=None if fits else over_card(predicted, settings.card_bytes),
-            peak_bytes=predicted.peak_bytes, breakdown=predicted.breakdown,
-            host_offload_peak_bytes=predicted.host_offload_bytes, report=predicted.report,
-            plan=predicted.report.get("plans"), device_name=f"predicted: {settings.device_model}",
-            timings={"predict_s": predicted.seconds})
+            Status.OK if fits else Status.OOM,
+            reason=None if fits else over_card(predicted, settings.card_bytes),
+            peak_bytes=predicted.peak_bytes,
+            breakdown=predicted.breakdown,
+            host_offload_peak_bytes=predicted.host_offload_bytes,
+            report=predicted.report,
+            plan=predicted.report.get("plans"),
+            device_name=f"predicted: {settings.device_model}",
+            timings={"predict_s": predicted.seconds},
+        )
 
     return run_scenario(fields, scenario)

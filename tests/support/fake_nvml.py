@@ -1,5 +1,6 @@
 """A stand-in for `pynvml` (the NVML binding) describing a made-up machine, for tests on hosts
 without GPUs. `install(devices)` puts it in sys.modules; each device is a dict (see `H100`)."""
+
 from __future__ import annotations
 
 import sys
@@ -136,14 +137,16 @@ def nvmlDeviceGetMaxClockInfo(h, kind):
 
 
 def h100(bus_id: str, uuid: str, memory_gib: int = 80) -> Device:
-    return Device("NVIDIA H100 80GB HBM3", uuid, bus_id, memory_gib * 2 ** 30)
+    return Device("NVIDIA H100 80GB HBM3", uuid, bus_id, memory_gib * 2**30)
 
 
 def with_mig(device: Device, *slices: tuple[str, str, int, int, int]) -> Device:
     """MIG mode on, with slices (profile, uuid, memory GiB, gpu instance, compute instance)."""
     device.mig_mode = NVML_DEVICE_MIG_ENABLE
-    device.migs = [Device(f"{device.name} MIG {profile}", uuid, device.bus_id, gib * 2 ** 30, gi=gi, ci=ci, parent=device)
-                   for profile, uuid, gib, gi, ci in slices]
+    device.migs = [
+        Device(f"{device.name} MIG {profile}", uuid, device.bus_id, gib * 2**30, gi=gi, ci=ci, parent=device)
+        for profile, uuid, gib, gi, ci in slices
+    ]
     return device
 
 

@@ -1,4 +1,5 @@
 """A test-only family whose presets fail in every way a cell can: for the sweep's fault injection."""
+
 from __future__ import annotations
 
 import ctypes
@@ -36,15 +37,30 @@ class FaultyStep:
             time.sleep(0.3)
 
 
-def build(preset: str, training: str = "lora", device: str = "cpu", lora_rank: int = 4, seed: int = 0,
-          quantization: str = "none", **shape):
+def build(
+    preset: str,
+    training: str = "lora",
+    device: str = "cpu",
+    lora_rank: int = 4,
+    seed: int = 0,
+    quantization: str = "none",
+    **shape,
+):
     if preset not in PRESETS:
         raise ValueError(f"unknown faulty preset {preset!r}")
     if preset == "unsupported":
         raise UnsupportedModeError("faulty: this preset declares no capability at all (injected)")
     width = {"ok-wide": 128}.get(preset)
-    work = synthetic.build("tiny", training=training, device=device, lora_rank=lora_rank, seed=seed, quantization=quantization,
-                           **({"width": width} if width else {}), **shape)
+    work = synthetic.build(
+        "tiny",
+        training=training,
+        device=device,
+        lora_rank=lora_rank,
+        seed=seed,
+        quantization=quantization,
+        **({"width": width} if width else {}),
+        **shape,
+    )
     fault, step = FaultyStep(preset), work.step
 
     def faulty_step():

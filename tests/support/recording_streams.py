@@ -10,6 +10,7 @@ Log entries, in order:
   ("free", storage)             the last reference to a copied source storage died
   ("use", storage)              the offloader handed a reloaded tensor to autograd (see `watch_unpack`)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -113,14 +114,20 @@ def ordering_violations(log: list) -> list[str]:
             reloaded[entry[3]] = (entry[1], i)
         elif kind == "use" and entry[1] in reloaded:
             stream, filled_at = reloaded.pop(entry[1])
-            arrived = stream == "compute" or any(recorded_on.get(e, ("", -1))[0] == stream
-                                                 and recorded_on[e][1] > filled_at for e in waited["compute"])
+            arrived = stream == "compute" or any(
+                recorded_on.get(e, ("", -1))[0] == stream and recorded_on[e][1] > filled_at for e in waited["compute"]
+            )
             if not arrived:
                 problems.append(f"{i}: a reloaded tensor used before the compute stream waited on its copy")
         elif kind == "free" and entry[1] in copies_to_host:
             copied_at = copies_to_host.pop(entry[1])
-            done = [e for e in waited["compute"] if recorded_on.get(e, ("", -1))[0] == "copy"
-                    and recorded_on[e][1] > copied_at]
+            done = [
+                e
+                for e in waited["compute"]
+                if recorded_on.get(e, ("", -1))[0] == "copy" and recorded_on[e][1] > copied_at
+            ]
             if not done:
-                problems.append(f"{i}: device memory released before the compute stream waited on its copy (ordering 2)")
+                problems.append(
+                    f"{i}: device memory released before the compute stream waited on its copy (ordering 2)"
+                )
     return problems

@@ -5,6 +5,7 @@ there (NVML, through tests.support.fake_nvml, says so too), and each call that w
 CUDA on a real host is recorded. A fork server that preloads without reaching any of them is
 fork-safe on a real GPU host.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,6 +22,7 @@ def _recording(name, value):
     def call(*args, **kwargs):
         CALLS.append(name)
         return value
+
     return call
 
 
@@ -44,12 +46,15 @@ def report_preload() -> CellResult:
     from sweep import cuda_guard
 
     calls_in_server = list(CALLS)
-    return CellResult("ok", report={
-        "calls_during_preload": calls_in_server,
-        "guard_answered": sorted({name for name, _ in cuda_guard.asked}),
-        "guard_refused": cuda_guard.refused,
-        "initialized": torch.cuda.is_initialized(),
-        "bad_fork": torch.cuda._is_in_bad_fork(),
-        "is_available_after_lift": torch.cuda.is_available(),  # the stub again: the guard was lifted
-        "calls_after_lift": CALLS[len(calls_in_server):],
-    })
+    return CellResult(
+        "ok",
+        report={
+            "calls_during_preload": calls_in_server,
+            "guard_answered": sorted({name for name, _ in cuda_guard.asked}),
+            "guard_refused": cuda_guard.refused,
+            "initialized": torch.cuda.is_initialized(),
+            "bad_fork": torch.cuda._is_in_bad_fork(),
+            "is_available_after_lift": torch.cuda.is_available(),  # the stub again: the guard was lifted
+            "calls_after_lift": CALLS[len(calls_in_server) :],
+        },
+    )
