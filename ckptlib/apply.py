@@ -245,7 +245,8 @@ def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dic
         ungroupable = [p for p in block_lists if spec.convention(p) is None]
         if ungroupable:
             raise UnsupportedModeError(
-                f"{spec.name}: interval {config.interval} needs grouped regions, and block list(s) {', '.join(ungroupable)} cannot be grouped"
+                f"{spec.name}: interval {config.interval} needs grouped regions, and block list(s) "
+                f"{', '.join(ungroupable)} cannot be grouped"
             )
 
 

@@ -65,7 +65,8 @@ class CheckpointConfig:
                 object.__setattr__(self, "stride", None)
             elif self.stride < self.interval:
                 raise ValueError(
-                    f"segment stride must be at least the checkpointing interval (stride {self.stride} < interval {self.interval})"
+                    "segment stride must be at least the checkpointing interval "
+                    f"(stride {self.stride} < interval {self.interval})"
                 )
         if self.pin_memory_max_buckets < 0:
             raise ValueError(f"pin_memory_max_buckets must be 0 or more, got {self.pin_memory_max_buckets}")

@@ -1,4 +1,5 @@
-"""Other image transformers: MMDiT (SD3, AuraFlow), PixArt, Sana (and SanaVideo, which shares its inputs), Lumina2, Z-Image, Qwen Image, OmniGen, ERNIE, Ideogram."""
+"""Other image transformers: MMDiT (SD3, AuraFlow), PixArt, Sana (and SanaVideo, which shares its
+inputs), Lumina2, Z-Image, Qwen Image, OmniGen, ERNIE, Ideogram."""
 
 from __future__ import annotations
 

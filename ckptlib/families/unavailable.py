@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from .family import Family
 
-NO_CLASS = "no diffusers class for this architecture in the installed diffusers (the docs ran it through its trainer's own code)"
+NO_CLASS = (
+    "no diffusers class for this architecture in the installed diffusers "
+    "(the docs ran it through its trainer's own code)"
+)
 FAMILIES = tuple(
     Family(name=name, docs_name=docs_name, cls=None, unsupported=NO_CLASS)
     for name, docs_name in [
