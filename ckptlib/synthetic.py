@@ -39,6 +39,7 @@ PRESETS: dict[str, SyntheticShape] = {
     "tiny-odd": SyntheticShape(width=64, heads=4, depth=7, tokens=32, batch=2, dropout=0.1),
 }
 
+DEFAULT_PRESET = "cpu-256"  # what `ckpt-sweep run` measures when no preset is named: seconds on a CPU
 SPEC = BlockSpec(block_lists=["blocks"], attention=["attn"], feed_forward=["ff"], name="synthetic")
 LORA_TARGETS = ["qkv", "out"]
 

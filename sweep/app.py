@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ckptlib.units import GIB
 
-from . import configs, environment, store
+from . import configs, cpu_guard, environment, progress, store
 from .builders import describe_shape, import_builder
 from .cell import Cell, cell_from_config
 from .isolation import run_isolated
@@ -69,14 +69,16 @@ def card_bytes(cfg: DictConfig) -> int | None:
 
 
 def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
-    """What the isolated child runs for this cell: a prediction, or a measurement (optionally
-    skipping cells predicted not to fit the card)."""
+    """What the isolated child runs for this cell: a prediction, or a measurement (skipping cells
+    predicted not to fit the card with skip_predicted_oom, and on a CPU those predicted not to fit
+    the host's free memory)."""
     if cfg.predict:
         return predict_cell, (cell.as_dict(), PredictSettings(cfg.predict_device, card_bytes(cfg)))
     skip_over = None
     if cfg.skip_predicted_oom:
         skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
-    settings = MeasureSettings(device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over)
+    host_budget = cpu_guard.host_budget_bytes() if device == "cpu" and not cfg.run.allow_large_cpu else None
+    settings = MeasureSettings(device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over, host_budget)
     return measure_cell, (cell.as_dict(), settings)
 
 
@@ -110,7 +112,7 @@ def execute(cfg: DictConfig) -> dict:
         result = CellResult(Status.INVALID, str(error))
     else:
         task, args = cell_task(cfg, cell, state.device)
-        result = run_isolated(task, args, cfg.measure.timeout_s, cell.builder.rpartition(".")[0])
+        result = run_isolated(task, args, cfg.measure.timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
     shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
     store.record_cell(
         state.engine,

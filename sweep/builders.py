@@ -2,8 +2,10 @@
 
 A builder is a callable `build(preset, training, device, lora_rank, seed, dtype, quantization,
 **shape) -> ckptlib.Workload`. It may declare its presets (a `presets` attribute, or a module-level
-`PRESETS`) and describe a shape (`describe_shape(preset, **shape) -> {tokens, text_tokens, height,
-width, frames, batch}`, or `resolve_shape(preset, **shape)` returning an object with `tokens`).
+`PRESETS`; the first is the default unless it names a `DEFAULT_PRESET`) and describe a shape
+(`describe_shape(preset, **shape) -> {tokens, text_tokens, height, width, frames, batch}`, or
+`resolve_shape(preset, **shape)` returning an object with `tokens`). `ckpt-sweep new-family NAME`
+writes a complete example.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ def builder_presets(builder) -> list[str] | None:
     return None if presets is None else list(presets)
 
 
+def builder_default_preset(builder) -> str | None:
+    """The builder's default preset: its `default_preset` / module's DEFAULT_PRESET, else its first preset."""
+    declared = getattr(builder, "default_preset", None) or _declared(builder, "DEFAULT_PRESET")
+    if declared:
+        return declared
+    presets = builder_presets(builder)
+    return presets[0] if presets else None
+
+
 def signature_problems(target: str, builder) -> list[str]:
     """Keywords the harness passes that the builder cannot take."""
     try:
@@ -71,6 +82,25 @@ def signature_problems(target: str, builder) -> list[str]:
         f"builder {target!r} does not take {', '.join(missing)}; a builder is called as "
         f"build({', '.join(f'{k}=...' for k in BUILD_KEYWORDS)}, **shape) (add **kwargs to ignore some)"
     ]
+
+
+def returned_type_problem(builder, preset: str, shape: dict) -> str | None:
+    """Build once on the meta device (nothing is allocated): a builder that returns something other
+    than a ckptlib.Workload is named before any cell runs. A builder that cannot build on meta is
+    not judged here (its first cell will say)."""
+    from ckptlib import Workload
+
+    try:
+        work = builder(
+            preset=preset, training="lora", device="meta", lora_rank=4, seed=0, dtype=None, quantization="none", **shape
+        )
+    except Exception:  # noqa: BLE001 - not buildable on meta: nothing to conclude
+        return None
+    return None if isinstance(work, Workload) else wrong_type(work)
+
+
+def wrong_type(work) -> str:
+    return f"build() returned {type(work).__name__}, expected ckptlib.Workload"
 
 
 def describe_shape(builder, preset: str, shape: dict) -> dict:

@@ -17,6 +17,7 @@ verbs:
   diff A B                   two runs (id or hardware label) cell by cell
   advise --family F --vram 48GiB [--hardware H] [--tokens N | --preset P]
                              which mode to use on that card
+  new-family NAME            write NAME.py here: a complete builder for your own model, to edit
 
 `ckpt-sweep VERB --help` describes a verb's options.
 """
@@ -24,11 +25,13 @@ verbs:
 
 def run(args: list[str]) -> None:
     from .app import hydra_app
+    from .interruption import handled
 
     if not any(a in ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i") for a in args):
         args = ["--multirun", *args]
     sys.argv = ["ckpt-sweep run", *args]
-    hydra_app()
+    with handled():
+        hydra_app()
 
 
 def _parser(verb: str, description: str) -> argparse.ArgumentParser:
@@ -160,10 +163,36 @@ def advise_verb(args: list[str]) -> None:
         sys.exit(f"ckpt-sweep: {error}")
 
 
-VERBS = {"run": run, "report": report, "import": import_tables, "diff": diff, "advise": advise_verb}
+def new_family(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="ckpt-sweep new-family", description="Write a builder for your own model.")
+    parser.add_argument("name", help="module name, e.g. my_model")
+    options = parser.parse_args(args)
+    from .scaffold import new_family as write
+
+    try:
+        path = write(options.name, Path.cwd())
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
+    print(
+        f"wrote {path}; run it from here with\n  ckpt-sweep run sweep=none family._target_={options.name}.build "
+        f"family.name={options.name} mode=none,layer,unsloth"
+    )
+
+
+VERBS = {
+    "run": run,
+    "report": report,
+    "import": import_tables,
+    "diff": diff,
+    "advise": advise_verb,
+    "new-family": new_family,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .quiet import install
+
+    install()  # before anything imports torchao, diffusers or peft
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)

@@ -46,7 +46,7 @@ class FamilyConfig:
 
     name: str = MISSING
     _target_: str = MISSING
-    default_preset: Optional[str] = None  # None: the builder's first preset
+    default_preset: Optional[str] = None  # None: the builder's (its DEFAULT_PRESET, else its first preset)
 
 
 @dataclass
@@ -70,6 +70,10 @@ class DbConfig:
 class RunConfig:
     name: str = "${hydra:runtime.choices.sweep}"  # cells of one run name and hardware resume together
     rerun: Rerun = Rerun.none  # none | failed (failed, timeout, crashed) | all; earlier attempts are kept
+    # On a CPU, each cell is first predicted and skipped (predicted-oom) when it would need more host
+    # memory than the machine has free; true measures it anyway.
+    allow_large_cpu: bool = False
+    sized_for_gpu: bool = False  # set by the GPU sweeps: a warning with an estimate when they run on a CPU
 
 
 @dataclass
@@ -104,16 +108,15 @@ def mode_config(name: str, config: CheckpointConfig) -> ModeConfig:
 
 
 def default_preset(target: str, declared: Optional[str]) -> str:
-    """A family's declared default preset, else its builder's first one."""
+    """The preset a cell uses when none is given: the family config's own, else its builder's."""
     if declared is not None:
         return declared
-    from .builders import BuilderError, builder_presets, import_builder
+    from .builders import BuilderError, builder_default_preset, import_builder
 
     try:
-        presets = builder_presets(import_builder(target))
+        return builder_default_preset(import_builder(target)) or "default"
     except BuilderError:
         return "default"  # validation names the builder's problem
-    return presets[0] if presets else "default"
 
 
 def _families(which: str) -> str:
@@ -138,15 +141,9 @@ def register() -> None:
         store.store(group="mode", name=name, node=mode_config(name, config))
     for name in QUANTIZATION_NAMES:
         store.store(group="quantization", name=name, node=QuantizationConfig(name))
-    store.store(group="family", name="synthetic", node=FamilyConfig("synthetic", "ckptlib.synthetic.build", "cpu-256"))
-    for name, family in all_families().items():
-        store.store(
-            group="family",
-            name=name,
-            node=FamilyConfig(
-                name, f"ckptlib.families.builders.{name}", "tiny" if family.unsupported else family.default_preset
-            ),
-        )
+    store.store(group="family", name="synthetic", node=FamilyConfig("synthetic", "ckptlib.synthetic.build"))
+    for name in all_families():
+        store.store(group="family", name=name, node=FamilyConfig(name, f"ckptlib.families.builders.{name}"))
     resolvers = {
         "families": _families,
         "modes": _modes,

@@ -47,20 +47,21 @@ def stop_fork_server() -> None:
     forkserver._forkserver._stop()
 
 
-def run_isolated(task, args: tuple, timeout_s: float, builder_module: str) -> CellResult:
-    """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended."""
+def run_isolated(task, args: tuple, timeout_s: float, builder_module: str, on_phase=None) -> CellResult:
+    """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended.
+    With `on_phase`, the task also gets `progress=` and the parent hears each phase it reports."""
     ctx = fork_server(builder_module)
     receiver, sender = ctx.Pipe(duplex=False)
     # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
     # may since have assigned this process another GPU.
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    child = ctx.Process(target=child_main, args=(sender, task, args, visible), daemon=True)
+    child = ctx.Process(target=child_main, args=(sender, task, args, visible, on_phase is not None), daemon=True)
     started = time.perf_counter()
     child.start()
     sender.close()
     try:
-        result = _await(child, receiver, timeout_s)
-    finally:
+        result = _await(child, receiver, timeout_s, on_phase)
+    finally:  # an interrupt lands here too: the child never outlives its parent
         if child.is_alive():
             child.kill()
             child.join()
@@ -69,22 +70,29 @@ def run_isolated(task, args: tuple, timeout_s: float, builder_module: str) -> Ce
     return result
 
 
-def _await(child, receiver, timeout_s: float) -> CellResult:
-    ready = wait([receiver, child.sentinel], timeout=timeout_s)
-    result = None
-    if receiver in ready or receiver.poll():
-        try:
-            result = receiver.recv()
-        except EOFError:
-            result = None
-    if result is None and not ready:
-        child.kill()
-        result = CellResult(Status.TIMEOUT, f"no result within {timeout_s:g} s; child killed")
-    elif result is None:
-        child.join(timeout=5)
-        result = CellResult(Status.CRASHED, exit_reason(child.exitcode))
-    child.join(timeout=10)
-    return result
+def _await(child, receiver, timeout_s: float, on_phase) -> CellResult:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = wait([receiver, child.sentinel], timeout=max(0.0, deadline - time.monotonic()))
+        message = None
+        if receiver in ready or receiver.poll():
+            try:
+                message = receiver.recv()
+            except EOFError:
+                message = None
+        if isinstance(message, tuple) and message[:1] == ("phase",):
+            on_phase(message[1])
+            continue
+        if message is not None:
+            result = message
+        elif not ready:
+            child.kill()
+            result = CellResult(Status.TIMEOUT, f"no result within {timeout_s:g} s; child killed")
+        else:
+            child.join(timeout=5)
+            result = CellResult(Status.CRASHED, exit_reason(child.exitcode))
+        child.join(timeout=10)
+        return result
 
 
 def exit_reason(code: int | None) -> str:
@@ -100,7 +108,7 @@ def exit_reason(code: int | None) -> str:
     return f"child exited with code {code} before reporting"
 
 
-def child_main(conn, task, args: tuple, visible_devices: str | None) -> None:
+def child_main(conn, task, args: tuple, visible_devices: str | None, reports_phases: bool = False) -> None:
     from . import cuda_guard
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
@@ -116,7 +124,7 @@ def child_main(conn, task, args: tuple, visible_devices: str | None) -> None:
     started = time.perf_counter()
     try:
         cuda_guard.check_untouched()
-        result = task(*args)
+        result = task(*args, progress=lambda phase: conn.send(("phase", phase))) if reports_phases else task(*args)
     except Exception as error:  # noqa: BLE001 - a harness error still reaches the database as a status
         from .outcome import failure
 

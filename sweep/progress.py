@@ -5,17 +5,39 @@ processes or on other nodes)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from rich.console import Console
 
-from . import store
+from . import quiet, store
 from .cell import cell_from_config
+from .cpu_guard import gpu_sweep_warning
 from .validate import SweepConfigError, expand_jobs, job_value, override_problems, validate
+
+active = None  # the sweep this process is showing (set at its start): for phases and interruptions
+
+
+def report_phase(phase: str) -> None:
+    """The running cell's phase (from its child), shown beside the cell on the progress bar."""
+    if active is not None and active.progress is not None:
+        active.progress.update(active.task, description=f"{active.cell} [{phase}]")
+
+
+def interrupted() -> str:
+    """Put the progress bar away; the one line an interrupted sweep ends with."""
+    if active is None:
+        return "interrupted before any cell ran; run the same command again to start"
+    if active.progress is not None:
+        active.progress.stop()
+    done = sum(active.counts.values())
+    total = f" of {active.total}" if active.total else ""
+    return f"interrupted after {done}{total} cells; run the same command again to resume"
 
 
 class SweepCallback(Callback):
@@ -31,9 +53,20 @@ class SweepCallback(Callback):
         self.results: list[dict] = []  # jobs that ran in this process (the local launcher)
         self.notes: Counter = Counter()  # one line each at the end, however many cells it concerns
         self.targets: dict[str, set[str]] = {}  # database URL -> run names this sweep writes
+        self.cell = ""  # the running cell, as the progress bar names it
         self.since = store.now()
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        # Hydra turns a callback's exceptions into warnings and carries on: a sweep must not start
+        # unvalidated, so any error here stops it (SystemExit is not turned into a warning).
+        try:
+            self._start(config)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - reported, and the sweep stops
+            raise SystemExit(f"ckpt-sweep: the sweep cannot start: {type(error).__name__}: {error}") from None
+
+    def _start(self, config: DictConfig) -> None:
         expanded = expand_jobs(config)
         checks = [config]
         if expanded is not None:
@@ -43,11 +76,19 @@ class SweepCallback(Callback):
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None
+        warning = gpu_sweep_warning(checks, self.total or len(checks))
+        if warning:
+            print(f"ckpt-sweep: {warning}", file=sys.stderr, flush=True)
         self.targets = {}
         for job in checks:
             self.targets.setdefault(str(job.db.url), set()).add(str(job_value(job, "run.name")))
         self.since = store.now()
         self.started = time.perf_counter()
+        global active
+        active = self
+        self.log = Path(config.hydra.sweep.dir) / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        quiet.log_to(str(self.log))
         if self.console.is_terminal:
             from rich.progress import (
                 BarColumn,
@@ -82,8 +123,9 @@ class SweepCallback(Callback):
         self.console = Console(stderr=True)
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        self.cell = cell_from_config(config).describe()
         if self.progress is not None:
-            self.progress.update(self.task, description=cell_from_config(config).describe())
+            self.progress.update(self.task, description=self.cell)
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
         try:
@@ -119,6 +161,9 @@ class SweepCallback(Callback):
             engine.dispose()
         summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         print(f"{sum(counts.values())} cells in {elapsed:.1f} s: {summary}", file=sys.stderr, flush=True)
+        quiet.flush()
+        if getattr(self, "log", None) is not None and self.log.exists():
+            print(f"third-party messages (torchao, diffusers, ...): {self.log}", file=sys.stderr, flush=True)
         for note, cells in self.notes.items():
             print(f"{cells} cell(s) {note}", file=sys.stderr, flush=True)
         for matrix in matrices:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 
 from . import environment, gpus, store
-from .builders import BuilderError, builder_presets, import_builder, signature_problems
+from .builders import BuilderError, builder_presets, import_builder, returned_type_problem, signature_problems
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
@@ -120,6 +120,9 @@ def builder_problems(job: DictConfig) -> list[str]:
     presets = builder_presets(builder)
     if presets is not None and str(job.preset) not in presets:
         problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
+    elif not problems and not target.startswith("ckptlib."):  # your own builder: does it return a Workload?
+        wrong = returned_type_problem(builder, str(job.preset), OmegaConf.to_container(job.shape))
+        problems += [f"family {job.family.name}: {wrong}"] if wrong else []
     return problems
 
 

@@ -43,9 +43,26 @@ def run_sweep(
 
 
 def start_sweep(db: Path, *overrides: str) -> subprocess.Popen:
+    """The sweep in a session of its own, so a test can see that nothing of it is left behind."""
     return subprocess.Popen(
-        sweep_args(db, *overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sweep_env(), cwd=ROOT
+        sweep_args(db, *overrides),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sweep_env(),
+        cwd=ROOT,
+        start_new_session=True,
     )
+
+
+def session_processes(session: int) -> list[str]:
+    """Processes still alive in a session (`ps`), as 'pid command' lines."""
+    listing = subprocess.run(["ps", "-e", "-o", "sid=,pid=,stat=,args="], capture_output=True, text=True).stdout
+    return [
+        " ".join(line.split()[1:])
+        for line in listing.splitlines()
+        if line.split()[0] == str(session) and not line.split()[2].startswith("Z")
+    ]
 
 
 def query(db: Path, sql: str) -> list[tuple]:

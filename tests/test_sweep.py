@@ -9,7 +9,7 @@ from sqlalchemy.exc import OperationalError
 
 from sweep.app import should_run
 from sweep.cell import Cell
-from tests.sweep_helpers import FAST, query, run_sweep, start_sweep
+from tests.sweep_helpers import FAST, query, run_sweep, session_processes, start_sweep
 
 FAULTS = {
     "ok": "ok",
@@ -116,7 +116,8 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     ]
 
 
-def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_sweep_stops_cleanly_and_resumes_without_duplicates(tmp_path, signum, code):
     db = tmp_path / "r.db"
     overrides = ["sweep=none", "family=faulty", "preset=slow", "+shape.tokens=8,12,16,20,24,28", *FAST]
     process = start_sweep(db, *overrides)
@@ -124,11 +125,16 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     while time.time() < deadline:
         if recorded_cells(db) >= 2:
             break
-        time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=60)
+        time.sleep(0.2)  # polling the database a separate process writes: no event to wait on
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr[-2000:]
     partial = query(db, "select count(*) from cells")[0][0]
     assert 2 <= partial < 6
+    last = stderr.strip().splitlines()[-1]
+    assert last == f"ckpt-sweep: interrupted after {partial} of 6 cells; run the same command again to resume"
+    assert "Traceback" not in stderr
+    assert session_processes(process.pid) == []  # no child, no fork server
     done = run_sweep(db, *overrides)
     assert done.returncode == 0, done.stderr
     lines = json_lines(done.stdout)

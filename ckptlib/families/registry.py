@@ -106,6 +106,11 @@ class FamilyBuilder:
         self.name = name
 
     @property
+    def default_preset(self) -> str:
+        family = get(self.name)
+        return "tiny" if family.unsupported else family.default_preset
+
+    @property
     def presets(self) -> list[str] | None:
         """None for a family without a class: any preset runs, and records why it is unsupported."""
         family = get(self.name)

@@ -11,6 +11,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ckptlib.units import GIB
+
+from ..builders import wrong_type
 from ..results import CellResult, step_statistics
 from ..status import Status
 from .common import build_kwargs, run_scenario
@@ -24,15 +27,26 @@ class MeasureSettings:
     warmup_steps: int
     steps: int
     skip_over_bytes: int | None = None  # predict first; a cell predicted over this card is not run
+    host_budget_bytes: int | None = None  # a CPU cell predicted to need more host memory is not run
+
+
+def _quiet(phase: str) -> None:
+    pass
 
 
 def timed_steps(
-    step: Callable, device, warmup_steps: int, steps: int, clock: Callable[[], float] = time.perf_counter
+    step: Callable,
+    device,
+    warmup_steps: int,
+    steps: int,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], None] = _quiet,
 ) -> tuple[list[tuple[float, bool]], list[float], int | None]:
     """(samples as (seconds, warmup), losses, first step's peak) of `warmup_steps + steps` calls of `step`."""
     samples, losses, first_step_peak = [], [], None
     device.reset_peaks()
     for i in range(warmup_steps + steps):
+        progress(f"warmup {i + 1}/{warmup_steps}" if i < warmup_steps else f"step {i - warmup_steps + 1}/{steps}")
         if i == warmup_steps:
             device.start_measured_steps()
         device.synchronize()
@@ -46,41 +60,76 @@ def timed_steps(
     return samples, losses, first_step_peak
 
 
-def _predicted_over_card(cell, config, build, settings: MeasureSettings) -> CellResult | None:
+ROUGH_SHARE = 0.25  # a CPU cell whose rough bound is under this share of the host budget is not predicted
+
+
+def rough_host_bytes(cell, build) -> int:
+    """A cheap, generous bound on a CPU cell's memory from a build on the meta device: weights with
+    their gradients and AdamW moments, and for each block some 32 copies of the inputs' size."""
+    from torch.utils._pytree import tree_leaves
+
+    work = build(device="meta", **build_kwargs(cell))
+    weights = sum(p.numel() * p.element_size() for p in work.model.parameters())
+    inputs = sum(t.numel() * t.element_size() for t in tree_leaves((work.args, work.kwargs)) if hasattr(t, "numel"))
+    blocks = sum(len(work.model.get_submodule(path)) for path in work.spec.block_lists)
+    return 4 * weights + 32 * inputs * max(1, blocks)
+
+
+def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timings: dict) -> CellResult | None:
+    """Predict the cell first: skipped (predicted-oom) when it would not fit the card, or, on a CPU,
+    the host's free memory. A cell that cannot be predicted (a quantized base) is measured; a CPU
+    cell that is small by a rough bound is not predicted at all (a prediction costs a second)."""
     from ckptlib import UnsupportedModeError
 
     tic = time.perf_counter()
+    if settings.skip_over_bytes is None and rough_host_bytes(cell, build) < ROUGH_SHARE * settings.host_budget_bytes:
+        timings["predict_s"] = time.perf_counter() - tic
+        return None
     try:
         prediction = predict(cell, config, build, "cuda" if settings.device.startswith("cuda") else "cpu")
-    except UnsupportedModeError:  # not predictable (a quantized base): measure it
+    except UnsupportedModeError:
         return None
-    if prediction.fits(settings.skip_over_bytes):
+    finally:
+        timings["predict_s"] = time.perf_counter() - tic
+    reason = None
+    if settings.skip_over_bytes is not None and not prediction.fits(settings.skip_over_bytes):
+        reason = over_card(prediction, settings.skip_over_bytes)
+    elif settings.host_budget_bytes is not None and prediction.peak_bytes > settings.host_budget_bytes:
+        reason = (
+            f"predicted to need {prediction.peak_bytes / GIB:.2f} GiB of host memory, more than the "
+            f"{settings.host_budget_bytes / GIB:.2f} GiB this host has free (run.allow_large_cpu=true measures "
+            "it anyway)"
+        )
+    if reason is None:
         return None
-    return CellResult(
-        Status.PREDICTED_OOM,
-        over_card(prediction, settings.skip_over_bytes),
-        breakdown=prediction.breakdown,
-        timings={"predict_s": time.perf_counter() - tic},
-    )
+    return CellResult(Status.PREDICTED_OOM, reason, breakdown=prediction.breakdown, timings=timings)
 
 
-def measure_cell(fields: dict, settings: MeasureSettings) -> CellResult:
-    """Runs inside the cell's child process."""
+def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[str], None] = _quiet) -> CellResult:
+    """Runs inside the cell's child process; `progress` hears its phase (build, warmup i/n, step i/n)."""
     import ckptlib
     from ckptlib.quantize import base_weight_bytes
 
     device = device_for(settings.device)
 
     def scenario(cell, config, build):
-        if settings.skip_over_bytes is not None:
-            skipped = _predicted_over_card(cell, config, build, settings)
+        timings = {}
+        if settings.skip_over_bytes is not None or settings.host_budget_bytes is not None:
+            progress("predict")
+            skipped = _predicted_not_to_fit(cell, config, build, settings, timings)
             if skipped is not None:
                 return skipped
+        progress("build")
         tic = time.perf_counter()
         work = build(device=settings.device, **build_kwargs(cell))
+        if not isinstance(work, ckptlib.Workload):
+            raise TypeError(wrong_type(work))
         handle = ckptlib.apply(work.model, config, work.spec)
-        timings = {"build_s": time.perf_counter() - tic}
-        samples, losses, first_step_peak = timed_steps(work.step, device, settings.warmup_steps, settings.steps)
+        timings["build_s"] = time.perf_counter() - tic
+        samples, losses, first_step_peak = timed_steps(
+            work.step, device, settings.warmup_steps, settings.steps, progress=progress
+        )
+        progress("memory")
         memory = device.memory(work)
         if "memory_step_s" in memory:
             timings["memory_step_s"] = memory.pop("memory_step_s")

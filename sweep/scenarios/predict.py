@@ -30,7 +30,7 @@ def over_card(prediction, card_bytes: int) -> str:
     )
 
 
-def predict_cell(fields: dict, settings: PredictSettings) -> CellResult:
+def predict_cell(fields: dict, settings: PredictSettings, progress=None) -> CellResult:
     """The cell's predicted peak on the device model; `oom` when it exceeds the card."""
 
     def scenario(cell, config, build):

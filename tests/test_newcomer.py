@@ -1,0 +1,108 @@
+"""A newcomer's first hour: a model of your own from its own folder, builders that fail fast and say
+why, a CPU that refuses a GPU's cell, and runs that keep third-party chatter off the terminal."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+
+from tests.sweep_helpers import ROOT
+
+
+def ckpt_sweep(cwd, *args, timeout=600):
+    """The console script as a user runs it: from `cwd`, with no PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-m", "sweep.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**env, "PYTHONSAFEPATH": "1"},
+        timeout=timeout,
+    )
+
+
+RUN_MINE = ["run", "sweep=none", "family.name=mine", "measure.warmup_steps=1", "measure.steps=2"]
+
+
+def test_a_new_family_runs_from_its_own_folder(tmp_path):
+    made = ckpt_sweep(tmp_path, "new-family", "my_model")
+    assert made.returncode == 0 and (tmp_path / "my_model.py").exists(), made.stderr
+    assert "family._target_=my_model.build" in made.stdout
+    done = ckpt_sweep(tmp_path, *RUN_MINE, "family._target_=my_model.build", "mode=none,layer,torch-ffn")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        cells = db.execute("select preset, mode, status, tokens from cells order by mode").fetchall()
+    assert cells == [("small", "layer", "ok", 256), ("small", "none", "ok", 256), ("small", "torch-ffn", "ok", 256)]
+    again = ckpt_sweep(tmp_path, "new-family", "my_model")
+    assert again.returncode != 0 and "exists already; not overwritten" in again.stderr
+
+
+def test_a_builder_that_returns_the_wrong_type_is_named_before_any_cell(tmp_path):
+    (tmp_path / "wrong.py").write_text(
+        "from torch import nn\n\n\ndef build(preset='p', **kwargs):\n    return nn.Linear(4, 4)\n"
+    )
+    done = ckpt_sweep(tmp_path, *RUN_MINE, "family._target_=wrong.build", "mode=none")
+    assert done.returncode != 0
+    assert "family mine: build() returned Linear, expected ckptlib.Workload" in done.stderr
+    assert not (tmp_path / "results.db").exists()
+
+
+def test_a_builder_that_fails_at_import_says_how(tmp_path):
+    (tmp_path / "broken.py").write_text("import no_such_package_here\n")
+    done = ckpt_sweep(tmp_path, *RUN_MINE, "family._target_=broken.build", "mode=none")
+    assert done.returncode != 0
+    assert (
+        "cannot import builder 'broken.build' (ModuleNotFoundError: No module named 'no_such_package_here')"
+        in done.stderr
+    )
+
+
+def test_a_builder_with_the_wrong_signature_is_named(tmp_path):
+    (tmp_path / "narrow.py").write_text("def build(preset):\n    return None\n")
+    done = ckpt_sweep(tmp_path, *RUN_MINE, "family._target_=narrow.build", "mode=none")
+    assert (
+        done.returncode != 0 and "does not take training, device, lora_rank, seed, dtype, quantization" in done.stderr
+    )
+
+
+def test_a_cpu_refuses_a_real_size_preset_it_cannot_hold(tmp_path):
+    """Flux.1 dev at 1024x1024 on this host: predicted (seconds, nothing allocated), recorded
+    predicted-oom with the numbers; nothing is built."""
+    done = ckpt_sweep(
+        ROOT,
+        "run",
+        "sweep=none",
+        "family=flux1",
+        "preset=dev",
+        "mode=layer",
+        "device=cpu",
+        f"db.url=sqlite:///{tmp_path / 'r.db'}",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        [(status, reason, timings)] = db.execute("select status, reason, timings from cells").fetchall()
+    assert status == "predicted-oom" and "GiB of host memory, more than the" in reason
+    assert "run.allow_large_cpu=true measures it anyway" in reason and '"build_s"' not in timings
+
+
+def test_third_party_chatter_goes_to_the_runs_log(tmp_path):
+    done = ckpt_sweep(
+        ROOT,
+        "run",
+        "sweep=none",
+        "preset=tiny",
+        "mode=none",
+        "measure.warmup_steps=0",
+        "measure.steps=1",
+        "quantization=int8-torchao",
+        "dtype=bf16",
+        f"db.url=sqlite:///{tmp_path / 'r.db'}",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for noise in ("Failed to load", "is an Enum subclass", "Detected no triton", "FutureWarning"):
+        assert noise not in done.stderr, noise
+    [log] = (tmp_path / "multirun" / "logs").glob("*.log")
+    assert "torchao" in log.read_text() and str(log) in done.stderr
