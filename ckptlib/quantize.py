@@ -20,7 +20,8 @@ from .spec import UnsupportedModeError
 
 @dataclass(frozen=True)
 class Quantization:
-    name: str  # the matrix row label
+    name: str  # the config value (quantization=int8-torchao)
+    label: str  # the precision a report row names: int8 (TorchAO)
     package: str  # import name of the library that does the work
     quantize: Callable[[nn.Module], None]  # in place, on the frozen base model
     needs_cuda: bool = False
@@ -51,21 +52,42 @@ def _sdnq(use_hadamard: bool) -> Callable[[nn.Module], None]:
 QUANTIZATIONS: dict[str, Quantization] = {
     q.name: q
     for q in (
-        Quantization("int8-torchao", "torchao", _torchao("Int8WeightOnlyConfig")),
+        Quantization("int8-torchao", "int8 (TorchAO)", "torchao", _torchao("Int8WeightOnlyConfig")),
         Quantization(
-            "fp8-torchao", "torchao", _torchao("Float8WeightOnlyConfig"), needs_cuda=True, min_capability=(8, 9)
+            "fp8-torchao",
+            "fp8 (TorchAO)",
+            "torchao",
+            _torchao("Float8WeightOnlyConfig"),
+            needs_cuda=True,
+            min_capability=(8, 9),
         ),
         # On CPU, SDNQ's torch.compile'd kernels run eagerly: compiling them takes minutes on 2 cores,
         # and the CPU memory tracker (a dispatch mode) cannot run compiled code.
         Quantization(
-            "int8-sdnq", "sdnq", _sdnq(use_hadamard=False), cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)
+            "int8-sdnq",
+            "int8 (SDNQ)",
+            "sdnq",
+            _sdnq(use_hadamard=False),
+            cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),),
         ),
         Quantization(
-            "int8-sdnq-hadamard", "sdnq", _sdnq(use_hadamard=True), cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),)
+            "int8-sdnq-hadamard",
+            "int8 (SDNQ, Hadamard)",
+            "sdnq",
+            _sdnq(use_hadamard=True),
+            cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),),
         ),
     )
 }
 NAMES = ("none", *QUANTIZATIONS)
+
+
+def precision_label(quantization: str, dtype: str) -> str:
+    """What a report row says the base weights were: the training dtype (bf16, fp32) unquantized,
+    else the scheme (int8 (TorchAO))."""
+    if quantization == "none":
+        return dtype
+    return QUANTIZATIONS[quantization].label if quantization in QUANTIZATIONS else quantization
 
 
 def check_supported(name: str, device: str | torch.device) -> None:

@@ -19,7 +19,8 @@ case "${1:-}" in
     command -v pg_ctlcluster >/dev/null || install
     v=$(version)
     pg_lsclusters -h | grep -q "^$v main" || pg_createcluster "$v" main >/dev/null
-    pg_lsclusters -h | grep -q "^$v main .* online" || pg_ctlcluster "$v" main start
+    # Only the URL goes to stdout (callers capture it); pg_ctlcluster's remarks ("Removed stale pid file.") go to stderr.
+    pg_lsclusters -h | grep -q "^$v main .* online" || pg_ctlcluster "$v" main start >&2
     su postgres -c "psql -q -v ON_ERROR_STOP=1" >/dev/null <<SQL
 DO \$\$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
@@ -32,10 +33,10 @@ SQL
     echo "postgresql+psycopg://$ROLE:$PASSWORD@localhost:5432/$DATABASE"
     ;;
   restart)
-    pg_ctlcluster "$(version)" main restart
+    pg_ctlcluster "$(version)" main restart >&2
     ;;
   stop)
-    pg_ctlcluster "$(version)" main stop
+    pg_ctlcluster "$(version)" main stop >&2
     ;;
   *)
     echo "usage: $0 start|restart|stop" >&2

@@ -15,16 +15,49 @@ from ckptlib.units import GIB, MIB
 
 from .matrices import variant
 
-_UNITS = {"gib": GIB, "gb": 10**9, "mib": MIB, "mb": 10**6, "": GIB}
+# Cards are sold in "GB" that are GiB-sized (a 24 GB card has 24 GiB), so GB and G read as GiB.
+_UNITS = {"gib": GIB, "gb": GIB, "g": GIB, "": GIB, "mib": MIB, "mb": MIB, "m": MIB}
 DEFAULT_MARGIN = 0.10
+# What CUDA reports as total memory on common cards (nvidia-smi / torch.cuda.get_device_properties),
+# in MiB: the usable size, a little under the number in the name for some.
+CARDS_MIB = {
+    "RTX 3090": 24576,
+    "RTX 4090": 24564,
+    "RTX 5090": 32607,
+    "L4": 23034,
+    "RTX A6000": 49140,
+    "L40S": 46068,
+    "A100 40GB": 40960,
+    "A100 80GB": 81920,
+    "H100 80GB": 81559,
+    "H200": 143771,
+}
 
 
 def parse_size(text: str) -> int:
-    """'48GiB', '48 GB', '80' (GiB) -> bytes."""
+    """'48GiB', '48GB', '48G', '48' (all GiB), '512MiB' -> bytes; ValueError for anything else or 0."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match[2].lower() not in _UNITS:
-        raise ValueError(f"cannot read memory size {text!r}; write e.g. 48GiB, 24GB or 80")
-    return round(float(match[1]) * _UNITS[match[2].lower()])
+        raise ValueError(f"cannot read memory size {text!r}; write e.g. 48GiB, 24GB, 24G or 80")
+    size = round(float(match[1]) * _UNITS[match[2].lower()])
+    if size <= 0:
+        raise ValueError(f"a card needs some memory: got {text!r}")
+    return size
+
+
+def card_bytes(name: str) -> int:
+    """A card by name (`RTX 4090`, `L40S`, `H100 80GB`, `H200`; case and spaces aside)."""
+    key = "".join(name.lower().split())
+    for card, mib in CARDS_MIB.items():
+        if "".join(card.lower().split()) == key:
+            return mib * MIB
+    raise ValueError(f"unknown card {name!r}; known: {', '.join(CARDS_MIB)} (or give --vram)")
+
+
+def check_margin(margin: float) -> float:
+    if not 0 <= margin < 1:
+        raise ValueError(f"--margin is a share of the card to keep free, from 0 to under 1; got {margin:g}")
+    return margin
 
 
 @dataclass
@@ -41,16 +74,17 @@ class Advice:
 # Modes by expected step time, cheapest first, for ranking predictions (which have no time): the
 # docs' published timings put no recompute first, FFN-only recompute before whole blocks, partial
 # segments before every block, and each offloading variant after its plain twin.
+# activation-offload recomputes every block, so its attention offload is skipped and it costs what
+# layer costs, plus the offload hooks: it comes after layer, never before.
 EXPECTED_COST_ORDER = [
     "none",
-    "activation-offload",
     "torch-ffn",
     "unsloth-ffn",
     "seg2-stride4",
     "seg2-stride4-offload",
     "interval2",
     "layer",
-    "torch",
+    "activation-offload",
     "unsloth",
 ]
 

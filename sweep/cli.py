@@ -132,33 +132,36 @@ def diff(args: list[str]) -> None:
 def advise_verb(args: list[str]) -> None:
     parser = _parser("advise", "Which checkpointing mode to use for a family, shape and card.")
     parser.add_argument("--family", required=True)
-    parser.add_argument("--vram", required=True, help="card memory, e.g. 48GiB, 24GB, 80")
+    card = parser.add_mutually_exclusive_group(required=True)
+    card.add_argument("--vram", help="card memory: 24, 24G, 24GB, 24GiB (all GiB: cards are sold in GiB) or 512MiB")
+    card.add_argument("--card", help="a card by name: RTX 4090, L40S, H100 80GB, H200, ... (its usable memory)")
     parser.add_argument("--hardware", help="use cells measured on this hardware label")
     parser.add_argument("--tokens", type=int)
-    parser.add_argument("--preset")
+    parser.add_argument("--preset", help="the shape, where several presets have the same tokens")
     parser.add_argument("--quantization", default="none")
     parser.add_argument(
-        "--margin", type=float, default=0.10, help="safety margin as a fraction of the card (default 0.10)"
+        "--margin", type=float, default=0.10, help="share of the card kept free, 0 to under 1 (default 0.10)"
     )
     options = parser.parse_args(args)
-    from .advise import advise, parse_size
+    from .advise import advise, card_bytes, check_margin, parse_size
     from .query import load_cells, select_runs
 
     engine = _engine(options.db)
     try:
+        vram = card_bytes(options.card) if options.card else parse_size(options.vram)
+        margin = check_margin(options.margin)
         cells = load_cells(engine, select_runs(engine))
-        print(
-            advise(
-                cells,
-                options.family,
-                parse_size(options.vram),
-                hardware=options.hardware,
-                tokens=options.tokens,
-                preset=options.preset,
-                quantization=options.quantization,
-                margin=options.margin,
-            )
+        advice = advise(
+            cells,
+            options.family,
+            vram,
+            hardware=options.hardware,
+            tokens=options.tokens,
+            preset=options.preset,
+            quantization=options.quantization,
+            margin=margin,
         )
+        print(advice)
     except ValueError as error:
         sys.exit(f"ckpt-sweep: {error}")
 

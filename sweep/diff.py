@@ -17,13 +17,11 @@ from scipy.stats import mannwhitneyu
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from ckptlib.units import GIB
-
-from .matrices import variant
-from .query import load_cells, load_runs, select_runs
+from .matrices import table_unit, variant
+from .query import cell_texts, load_cells, load_runs, select_runs
 from .status import Status
 from .store import CellRow, Sample
-from .tables import FAMILY_MODES, NOT_RUN, SYNTHETIC_COLUMNS
+from .tables import FAMILY_MODES, NOT_RUN, SYNTHETIC_COLUMNS, UNITS
 
 COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
 MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
@@ -37,6 +35,7 @@ class Diff:
     label_b: str
     cells: pd.DataFrame  # one row per coordinate, transitions first
     environment: list[str]  # "key: A vs B" for every environment field that differs
+    unit: str = "GiB"  # of the memory figures
 
     @property
     def transitions(self) -> pd.DataFrame:
@@ -134,6 +133,9 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
     label_a, label_b = a.label, b.label
     if label_a == label_b:
         label_a, label_b = f"{label_a} (A)", f"{label_b} (B)"
+    unit = table_unit(pd.concat([a.cells, b.cells]))  # MiB when both sides' peaks are small
+    for cells in (a.cells, b.cells):
+        cells["text"] = cell_texts(cells, unit)
     keep = COORDINATES + ["status", "sec_per_step", "peak_bytes", "text", "cell_id", "versions"]
     merged = a.cells[keep].merge(b.cells[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
     merged = merged.assign(
@@ -143,7 +145,7 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         peak_b=_figures(merged.rename(columns={"status_b": "status"}), "peak_bytes_b"),
     )
     merged["ratio"] = merged["sec_b"] / merged["sec_a"]
-    merged["memory_diff_gib"] = (merged["peak_b"] - merged["peak_a"]) / GIB
+    merged["memory_diff"] = (merged["peak_b"] - merged["peak_a"]) / UNITS[unit]
     merged["memory_ratio"] = merged["peak_b"] / merged["peak_a"]
     merged["transition"] = [
         _transition(x if isinstance(x, str) else None, y if isinstance(y, str) else None, label_a, label_b)
@@ -167,7 +169,7 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         for key in sorted(set(a.environment) | set(b.environment))
         if a.environment.get(key) != b.environment.get(key)
     ]
-    return Diff(label_a, label_b, merged, environment)
+    return Diff(label_a, label_b, merged, environment, unit)
 
 
 def _number(value, template: str) -> str:
@@ -187,7 +189,7 @@ def _row_values(row) -> list[str]:
         row.text_a,
         row.text_b,
         _number(row.ratio, "{:.4f}"),
-        _number(row.memory_diff_gib, "{:+.2f}"),
+        _number(row.memory_diff, "{:+.2f}"),
         _number(row.memory_ratio, "{:.4f}"),
         change,
     ]
@@ -203,7 +205,7 @@ def columns(diff: Diff) -> list[str]:
         diff.label_a,
         diff.label_b,
         f"time {diff.label_b}/{diff.label_a}",
-        "memory diff GiB",
+        f"memory diff {diff.unit}",
         f"memory {diff.label_b}/{diff.label_a}",
         "change",
     ]

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ckptlib.modes import MODES
+from ckptlib.quantize import precision_label
+from ckptlib.units import GIB
 
+from .query import cell_texts
 from .status import Status
-from .tables import FAMILY_MODES, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS
+from .tables import BUSY_LOAD, BUSY_MARK, FAMILY_MODES, NOISY_MARK, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS
 
 # Cell settings (keys of the recorded cell config) and how a heading names their value.
 CHECKPOINT_SETTINGS = {
@@ -45,12 +48,12 @@ class Matrix:
     frame: pd.DataFrame
     sources: list[str] = field(default_factory=list)
     footnotes: list[str] = field(default_factory=list)
+    legend: str = ""  # what a cell says and what its marks mean
 
     def markdown(self) -> str:
         table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
-        return "\n".join(
-            [table, *([""] + [f"[{i}] {note}" for i, note in enumerate(self.footnotes, 1)] if self.footnotes else [])]
-        )
+        notes = [f"[{i}] {note}" for i, note in enumerate(self.footnotes, 1)]
+        return "\n".join([table, "", self.legend, *([""] + notes if notes else [])])
 
 
 def _slug(text: str) -> str:
@@ -79,10 +82,12 @@ def _describe(setting: str, value) -> str:
 CELL_DEFAULTS = {"training": None, "lora_rank": 16, "dtype": "auto", "seed": 0, "pin_memory_max_buckets": 12}
 
 
-def variant(config, mode: str) -> str:
+def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
     """A cell's settings that differ from its mode's preset and the harness defaults, as text
-    ('' for a default cell): what tells near-duplicate cells apart across runs."""
+    ('' for a default cell): what tells near-duplicate cells apart across runs. Settings in
+    `shown_elsewhere` (a plot's marker says the dtype) are left out."""
     values, preset = _settings(config), MODES.get(mode)
+    values = {k: (None if k in shown_elsewhere else v) for k, v in values.items()}
     named = [
         s
         for s in CHECKPOINT_SETTINGS
@@ -116,17 +121,60 @@ def _qualifiers(cells: pd.DataFrame, rows: list[str]) -> pd.Series:
     return pd.Series([qualifier(i) for i in cells.index], index=cells.index)
 
 
-def _footnoted(cells: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+def _footnoted(cells: pd.DataFrame, texts: list[str]) -> tuple[pd.Series, list[str]]:
     """Cell texts with `[n]` after a status whose reason is known, and the numbered reasons."""
     notes: list[str] = []
-    texts = []
-    for text, status, reason in zip(cells["text"], cells["status"], cells["reason"]):
+    marked = []
+    for text, status, reason in zip(texts, cells["status"], cells["reason"]):
         if status in FOOTNOTED and isinstance(reason, str) and reason:
             if reason not in notes:
                 notes.append(reason)
             text = f"{text} [{notes.index(reason) + 1}]"
-        texts.append(text)
-    return pd.Series(texts, index=cells.index), notes
+        marked.append(text)
+    return pd.Series(marked, index=cells.index), notes
+
+
+def table_unit(cells: pd.DataFrame) -> str:
+    """GiB, the docs' unit, for published and GPU tables and wherever a peak reaches a GiB; MiB for
+    tables of small (CPU, tiny) peaks, which would otherwise all read 0.00 GiB."""
+    docs = (cells["provenance"] == "published").any() or (
+        (cells["provenance"] == "measured") & (cells["kind"] == "cuda")
+    ).any()
+    largest = pd.concat([cells["peak_bytes"], cells["predicted_bytes"]]).max()
+    return "GiB" if docs or pd.isna(largest) or largest >= GIB else "MiB"
+
+
+def legend(cells: pd.DataFrame, unit: str, texts: list[str]) -> str:
+    provenance, kinds = set(cells["provenance"]), set(cells["kind"])
+    if provenance == {"published"}:
+        what = f"sec/step / peak {unit} as the docs published them"
+    elif provenance == {"predicted"}:
+        what = f"the predicted peak in {unit} (a prediction: nothing ran, so no time)"
+    elif kinds == {"cpu"}:
+        what = f"median sec/step of the measured steps / peak {unit} of live tensors on the CPU (not GPU memory)"
+    else:
+        what = f"median sec/step of the measured steps / peak {unit} allocated on the GPU"
+    marks = [
+        (NOISY_MARK, "`~` the steps' IQR is over 10% of the median"),
+        (BUSY_MARK, f"`!` the host was busy (load above {BUSY_LOAD:g} per core): its time is not comparable"),
+        ("] ", "`[n]` the reason, under the table"),
+        (NOT_RUN, "`not run`: not in this sweep"),
+    ]
+    shown = [words for mark, words in marks if any(mark in t or (mark == "] " and t.endswith("]")) for t in texts)]
+    return f"Each cell: {what}, or a status." + (" " + "; ".join(shown) + "." if shown else "")
+
+
+def precision(cells: pd.DataFrame) -> pd.Categorical:
+    """Each cell's precision as a row names it (bf16, fp32, int8 (TorchAO)), in the docs' order."""
+
+    def dtype(config, kind) -> str:
+        declared = (config or {}).get("dtype", "auto") if isinstance(config, dict) else "auto"
+        return declared if declared != "auto" else "fp32" if kind == "cpu" else "bf16"
+
+    labels = [precision_label(q, dtype(c, k)) for q, c, k in zip(cells["quantization"], cells["config"], cells["kind"])]
+    order = {q: i for i, q in enumerate(_quantization_order(cells))}
+    ranked = sorted(set(zip(labels, cells["quantization"])), key=lambda lq: (order[lq[1]], lq[0]))
+    return pd.Categorical(labels, categories=list(dict.fromkeys(label for label, _ in ranked)), ordered=True)
 
 
 def _quantization_order(cells: pd.DataFrame) -> list[str]:
@@ -136,9 +184,11 @@ def _quantization_order(cells: pd.DataFrame) -> list[str]:
 
 def _pivot(
     cells: pd.DataFrame, rows: list[str], label: dict[str, str], order: list[str], every_column: bool
-) -> tuple[pd.DataFrame, list[str]]:
-    """Rows by `rows`, one column per mode heading: the docs' order, each mode's variants after it."""
-    texts, notes = _footnoted(cells)
+) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows by `rows`, one column per mode heading (the docs' order, each mode's variants after it);
+    the footnotes and the legend line."""
+    unit = table_unit(cells)
+    texts, notes = _footnoted(cells, cell_texts(cells, unit))
     cells = cells.assign(column=cells["mode"].map(lambda m: label.get(m, m)) + _qualifiers(cells, rows), text=texts)
     matrix = cells.pivot_table(index=rows, columns="column", values="text", aggfunc="last", observed=True)
     base = [label.get(m, m) for m in order]
@@ -150,22 +200,23 @@ def _pivot(
     columns = set(matrix.columns) | (set(base) if every_column else set())
     matrix = matrix.reindex(columns=sorted(columns, key=rank)).astype(object).fillna(NOT_RUN)
     matrix.columns.name = None
-    return matrix.reset_index(), notes
+    frame = matrix.reset_index().rename(columns=HEADINGS)
+    return frame, notes, legend(cells, unit, [str(t) for row in frame.itertuples(index=False) for t in row])
 
 
-def synthetic_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Rows GPU (x Tokens x precision when the sweep has several), columns the docs' mode names."""
-    cells = cells.assign(quantization=pd.Categorical(cells["quantization"], _quantization_order(cells), ordered=True))
-    rows = ["hardware", *(axis for axis in ("tokens", "quantization") if cells[axis].nunique(dropna=True) > 1)]
-    frame, notes = _pivot(cells, rows, SYNTHETIC_COLUMNS, list(SYNTHETIC_COLUMNS), every_column=True)
-    return frame.rename(columns={"hardware": "GPU", "tokens": "Tokens", "quantization": "precision"}), notes
+HEADINGS = {"hardware": "Hardware", "tokens": "Tokens", "precision": "Precision"}
 
 
-def family_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Rows precision/quantization (docs order), columns modes (docs order)."""
-    cells = cells.assign(quantization=pd.Categorical(cells["quantization"], _quantization_order(cells), ordered=True))
-    frame, notes = _pivot(cells, ["quantization"], {}, FAMILY_MODES, every_column=False)
-    return frame.rename(columns={"quantization": "precision"}), notes
+def synthetic_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows hardware (x tokens x precision when the sweep has several), columns the docs' mode names."""
+    cells = cells.assign(precision=precision(cells))
+    rows = ["hardware", *(axis for axis in ("tokens", "precision") if cells[axis].nunique(dropna=True) > 1)]
+    return _pivot(cells, rows, SYNTHETIC_COLUMNS, list(SYNTHETIC_COLUMNS), every_column=True)
+
+
+def family_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows precision (docs order), columns modes (docs order)."""
+    return _pivot(cells.assign(precision=precision(cells)), ["precision"], {}, FAMILY_MODES, every_column=False)
 
 
 def resolution(height, width, frames) -> str:
@@ -179,10 +230,9 @@ def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
     matrices = []
     for (family, sweep), group in cells.groupby(["family", "run_name"], sort=True):
         if family == "synthetic":
-            frame, notes = synthetic_matrix(group)
-            matrices.append(
-                Matrix(f"{family}/{sweep}", family, sweep, f"{family}: {sweep}", frame, _sources(group), notes)
-            )
+            frame, notes, line = synthetic_matrix(group)
+            title = f"{family}: {sweep}"
+            matrices.append(Matrix(f"{family}/{sweep}", family, sweep, title, frame, _sources(group), notes, line))
             continue
         group = group.assign(
             resolution=[resolution(h, w, f) for h, w, f in zip(group["height"], group["width"], group["frames"])]
@@ -193,17 +243,7 @@ def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
                 table_id = f"{family}/{sweep}/{_slug(hardware)}/{preset}" + (
                     f"/{_slug(shape)}" if len(shapes) > 1 else ""
                 )
-                shown = f" ({shape})" if shape else ""
-                frame, notes = family_matrix(piece)
-                matrices.append(
-                    Matrix(
-                        table_id,
-                        family,
-                        sweep,
-                        f"{family}: {sweep}, {preset}{shown} on {hardware}",
-                        frame,
-                        _sources(piece),
-                        notes,
-                    )
-                )
+                title = f"{family}: {sweep}, {preset}{f' ({shape})' if shape else ''} on {hardware}"
+                frame, notes, line = family_matrix(piece)
+                matrices.append(Matrix(table_id, family, sweep, title, frame, _sources(piece), notes, line))
     return matrices

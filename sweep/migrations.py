@@ -3,7 +3,8 @@
 
 Version 0 is an empty database; version 1 the first round's schema (tables, no version table);
 version 2 widens byte and count columns to 64 bits, keeps every attempt of a cell, records the
-shape the model saw and the versions that measured each cell, and stores empty JSON as NULL.
+shape the model saw and the versions that measured each cell, and stores empty JSON as NULL;
+version 3 adds the spread of the measured steps and the host's load.
 Upgrades run in the caller's transaction: a failed one leaves the database as it was.
 """
 
@@ -135,4 +136,9 @@ def _to_version_2(connection: Connection) -> None:
     Base.metadata.tables["schema_version"].create(connection)
 
 
-UPGRADES = {2: _to_version_2}
+def _to_version_3(connection: Connection) -> None:
+    """The spread of the measured steps (min_s, max_s) and the host's load (host_load)."""
+    _add_missing_columns(connection, CellRow.__table__)
+
+
+UPGRADES = {2: _to_version_2, 3: _to_version_3}

@@ -1,4 +1,6 @@
-"""Matplotlib figures for the reports: time vs memory per mode, and hardware diffs."""
+"""Matplotlib figures for the reports: time vs memory per mode, predicted memory per mode, and
+hardware diffs. Small peaks are drawn in MiB, labels are placed so they do not overlap, and each
+precision gets its own marker."""
 
 from __future__ import annotations
 
@@ -9,10 +11,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
-from ckptlib.units import GIB  # noqa: E402
+from ckptlib.units import GIB, MIB  # noqa: E402
+
+from .matrices import precision, variant  # noqa: E402
+from .tables import SYNTHETIC_COLUMNS  # noqa: E402
 
 CARD_SIZES_GIB = (24, 48, 80, 141)
+MARKERS = "osD^vP*X"
+CARD_COLOR = "tab:blue"
 
 
 def _save(fig, path: Path) -> Path:
@@ -23,56 +31,139 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def unit_of(largest_bytes: float) -> tuple[str, int]:
+    """MiB for small peaks (tiny and CPU cells), GiB otherwise."""
+    return ("MiB", MIB) if largest_bytes < GIB else ("GiB", GIB)
+
+
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
-    """Points no other point beats on both sec/step and peak GiB."""
-    ordered = points.sort_values(["sec", "gib"])
+    """Points no other point beats on both sec/step and peak."""
+    ordered = points.sort_values(["sec", "peak"])
     front, best_memory = [], float("inf")
     for row in ordered.itertuples():
-        if row.gib < best_memory:
+        if row.peak < best_memory:
             front.append(row.Index)
-            best_memory = row.gib
+            best_memory = row.peak
     return ordered.loc[front]
 
 
-def tradeoff_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    ax.scatter(points["sec"], points["gib"], color="tab:gray", zorder=2)
-    for row in points.itertuples():
-        ax.annotate(row.mode, (row.sec, row.gib), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    front = pareto_front(points)
-    ax.plot(front["sec"], front["gib"], color="tab:red", marker="o", zorder=3, label="Pareto frontier")
-    top = points["gib"].max()
+OFFSETS = ((5, 4), (5, -11), (-8, 6), (-8, -12), (12, 14), (12, -20), (-20, 16), (-20, -24))
+
+
+def place_labels(ax, xs, ys, labels, fontsize=8) -> None:
+    """Annotate each point at the first offset (in points) whose text box overlaps no box placed
+    before it; boxes are estimated from the label's length."""
+    fig = ax.figure
+    fig.canvas.draw()
+    to_display = ax.transData.transform
+    scale = fig.dpi / 72
+    taken = []
+    for x, y, label in sorted(zip(xs, ys, labels), key=lambda p: (p[0], p[1])):
+        px, py = to_display((x, y))
+        width, height = 0.6 * fontsize * len(label) * scale, 1.2 * fontsize * scale
+        for dx, dy in OFFSETS:
+            left = px + dx * scale - (width if dx < 0 else 0)
+            bottom = py + dy * scale
+            box = (left, bottom, left + width, bottom + height)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in taken):
+                break
+        taken.append(box)
+        ax.annotate(
+            label,
+            (x, y),
+            textcoords="offset points",
+            xytext=(dx, dy),
+            fontsize=fontsize,
+            ha="right" if dx < 0 else "left",
+        )
+
+
+def _card_lines(ax, unit: str, top: float, horizontal: bool) -> None:
+    """The usual card sizes as lines, labelled along the line (never beside each other)."""
+    if unit != "GiB":
+        return
     for size in CARD_SIZES_GIB:
-        if size <= 2 * top:
-            ax.axhline(size, color="tab:blue", linestyle="--", linewidth=0.8)
-            ax.text(points["sec"].min(), size, f" {size} GiB card", va="bottom", fontsize=7, color="tab:blue")
-    ax.set_xlabel("sec/step (median, post-warmup)")
-    ax.set_ylabel("peak GiB")
+        if size > 1.5 * top:
+            continue
+        if horizontal:
+            ax.axhline(size, color=CARD_COLOR, linestyle="--", linewidth=0.8)
+            ax.text(
+                0.995,
+                size,
+                f"{size} GiB card",
+                transform=ax.get_yaxis_transform(),
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color=CARD_COLOR,
+            )
+        else:
+            ax.axvline(size, color=CARD_COLOR, linestyle="--", linewidth=0.8)
+            ax.text(
+                size,
+                0.99,
+                f"{size} GiB",
+                transform=ax.get_xaxis_transform(),
+                rotation=90,
+                ha="center",
+                va="top",
+                fontsize=7,
+                color=CARD_COLOR,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},  # readable over a bar
+            )
+
+
+def tradeoff_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
+    """sec/step against peak, one marker per precision, the Pareto frontier drawn through."""
+    unit, size = unit_of(points["peak"].max())
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for marker, (label, group) in zip(MARKERS, points.groupby("precision", sort=False, observed=True)):
+        ax.scatter(group["sec"], group["peak"] / size, color="tab:gray", marker=marker, zorder=2, label=str(label))
+    front = pareto_front(points)
+    ax.plot(front["sec"], front["peak"] / size, color="tab:red", zorder=3, label="Pareto frontier")
+    _card_lines(ax, unit, points["peak"].max() / size, horizontal=True)
+    ax.set_xlabel("sec/step (median of the measured steps)")
+    ax.set_ylabel(f"peak {unit}")
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper right", fontsize=8)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.12 * (high - low))  # room above the highest point for its label
+    place_labels(ax, points["sec"], points["peak"] / size, list(points["label"]))
     return _save(fig, path)
 
 
 def memory_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
     """Predicted peaks (no times) per mode, against card sizes."""
-    fig, ax = plt.subplots(figsize=(6.5, max(2.5, 0.35 * len(points))))
-    ax.barh(points["mode"], points["gib"], color="tab:gray")
-    for size in CARD_SIZES_GIB:
-        if size <= 1.2 * points["gib"].max():
-            ax.axvline(size, color="tab:blue", linestyle="--", linewidth=0.8)
-            ax.text(size, -0.6, f" {size} GiB", fontsize=7, color="tab:blue")
-    ax.set_xlabel("predicted peak GiB")
+    unit, size = unit_of(points["peak"].max())
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(points))))
+    ax.barh(points["label"], points["peak"] / size, color="tab:gray")
+    _card_lines(ax, unit, points["peak"].max() / size, horizontal=False)
+    ax.set_xlabel(f"predicted peak {unit}")
     ax.set_title(title, fontsize=10)
     ax.invert_yaxis()
     return _save(fig, path)
+
+
+def _point_labels(points: pd.DataFrame) -> pd.Series:
+    """A point's mode as its table heads it (the docs' synthetic names), with any variant."""
+    labels = []
+    for family, mode, config in zip(points["family"], points["mode"], points["config"]):
+        name = SYNTHETIC_COLUMNS.get(mode, mode) if family == "synthetic" else mode
+        differs = variant(config, mode, shown_elsewhere=("dtype",))  # the marker says the precision
+        labels.append(name + (f" ({differs})" if differs else ""))
+    return pd.Series(labels, index=points.index)
 
 
 def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list[Path]]:
     """One plot per table, hardware and shape: time vs memory where cells were timed, predicted
     memory per mode where they were predicted."""
     plots: dict[str, list[Path]] = {}
-    figures = cells[cells["peak_bytes"].notna()].assign(
-        sec=lambda f: f["sec_per_step"], gib=lambda f: f["peak_bytes"] / GIB
+    figures = cells[cells["peak_bytes"].notna()]
+    figures = figures.assign(
+        sec=figures["sec_per_step"].astype(float),
+        peak=figures["peak_bytes"].astype(float),
+        precision=precision(figures),
+        label=_point_labels(figures),
     )
     timed = figures[(figures["status"] == "ok") & figures["sec"].notna()]
     predicted = figures[figures["provenance"] == "predicted"]
@@ -82,7 +173,7 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
             for (hardware, _, preset), points in part.groupby(
                 ["hardware", "tokens", "preset"], sort=True, dropna=False
             ):
-                if len(points) < 2 or (matrix.family != "synthetic" and not matrix.table_id.endswith(preset)):
+                if len(points) < 2 or (matrix.family != "synthetic" and f"/{preset}" not in matrix.table_id):
                     continue
                 name = "-".join(x for x in (matrix.family, matrix.sweep, hardware, preset) if x)
                 name = "".join(c if c.isalnum() or c in "-." else "-" for c in name)
@@ -92,13 +183,31 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
 
 
 def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Path | None:
+    """Time and memory of B over A per cell, side by side: red where B is slower (or larger)."""
     both = diff.dropna(subset=["ratio"])
     if both.empty:
         return None
-    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.28 * len(both))))
-    labels = [f"{r.preset} {r.mode}" for r in both.itertuples()]
-    ax.barh(labels, both["ratio"], color=["tab:red" if r > 1 else "tab:green" for r in both["ratio"]])
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel(f"sec/step ratio {label_b} / {label_a}")
-    ax.invert_yaxis()
-    return _save(fig, path)
+    labels = [f"{r.preset} {r.mode}" + (f" ({r.variant})" if r.variant else "") for r in both.itertuples()]
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, sharey=True, figsize=(10, max(2.8, 0.3 * len(both))))
+    for ax, column, what in ((time_ax, "ratio", "sec/step"), (memory_ax, "memory_ratio", "peak memory")):
+        values = both[column]
+        ax.barh(labels, values, color=["tab:red" if v > 1 else "tab:green" for v in values])
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xlabel(f"{what}: {label_b} / {label_a}")
+    time_ax.invert_yaxis()
+    fig.suptitle(f"{label_b} vs {label_a}, cell by cell", fontsize=11)
+    fig.legend(
+        handles=[
+            Patch(color="tab:red", label=f"{label_b} slower / larger"),
+            Patch(color="tab:green", label=f"{label_b} faster / smaller"),
+        ],
+        loc="lower center",
+        ncol=2,
+        fontsize=8,
+        bbox_to_anchor=(0.5, 0.0),
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

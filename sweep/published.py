@@ -7,6 +7,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from ckptlib.quantize import QUANTIZATIONS
+
 from . import store
 from .cell import identity_key
 from .results import CellResult
@@ -38,6 +40,12 @@ ROW_COLUMNS = {
     "precision": "quantization",
     "quantization": "quantization",
 }
+
+
+def quantization_of(precision: str) -> str:
+    """A precision cell (`bf16`, `int8 (TorchAO)`, or a config name) as a quantization name."""
+    labels = {q.label: name for name, q in QUANTIZATIONS.items()}
+    return "none" if precision in ("none", "bf16", "fp16", "fp32") else labels.get(precision, precision)
 
 
 def _meaning(table, path: str, family: str | None) -> TableMeaning:
@@ -121,7 +129,7 @@ def parse_file(
                     "family": meaning.family,
                     "preset": meaning.preset.format(tokens=row["tokens"]),
                     "mode": role[5:],
-                    "quantization": row["quantization"],
+                    "quantization": quantization_of(row["quantization"]),
                     "training": meaning.training,
                 }
                 run["cells"].append(

@@ -8,7 +8,7 @@ from sqlalchemy import func, select, tuple_
 from sqlalchemy.engine import Engine
 
 from .store import CellRow, Run
-from .tables import cell_text
+from .tables import BUSY_LOAD, cell_text
 
 CELL_COLUMNS = [
     "run_id",
@@ -31,6 +31,7 @@ CELL_COLUMNS = [
     "iqr_s",
     "peak_bytes",
     "host_offload_peak_bytes",
+    "host_load",
     "config",
     "versions",
 ]
@@ -135,16 +136,32 @@ def load_cells(engine: Engine, run_ids: list[int] | None = None, attempt: str = 
     )
     frame = frame.astype({column: "Int64" for column in INTEGER_COLUMNS})
     frame["predicted_bytes"] = pd.array(_predictions_for(engine, frame), dtype="Int64")
-    frame["text"] = [
-        cell_text(
-            r.status, *(None if pd.isna(v) else v for v in (r.sec_per_step, r.peak_bytes, r.iqr_s, r.predicted_bytes))
-        )
-        for r in frame.itertuples()
-    ]
+    frame["kind"] = [device_kind(d) for d in frame["device"]]
+    frame["text"] = cell_texts(frame)
     return frame
 
 
-def _device_kind(device: str | None) -> str:
+def _value(v):
+    return None if pd.isna(v) else v
+
+
+def cell_texts(cells: pd.DataFrame, unit: str = "GiB") -> list[str]:
+    """Each cell's table text in `unit`; a CPU cell measured on a busy host is marked."""
+    return [
+        cell_text(
+            r.status,
+            *(_value(v) for v in (r.sec_per_step, r.peak_bytes, r.iqr_s, r.predicted_bytes)),
+            unit=unit,
+            busy=r.kind == "cpu"
+            and r.provenance == "measured"
+            and _value(r.host_load) is not None
+            and r.host_load > BUSY_LOAD,
+        )
+        for r in cells.itertuples()
+    ]
+
+
+def device_kind(device: str | None) -> str:
     """cuda / cpu from a run's device ('cuda:1', 'predicted:cuda'); published tables are GPU tables."""
     if not isinstance(device, str) or not device:  # published runs record no device (NaN in a frame)
         return "cuda"
@@ -161,13 +178,13 @@ def _predictions_for(engine: Engine, frame: pd.DataFrame) -> list[float | None]:
         .order_by(CellRow.recorded_at)
     )
     with engine.connect() as connection:
-        latest = {(key, _device_kind(device)): peak for key, peak, device in connection.execute(query)}
+        latest = {(key, device_kind(device)): peak for key, peak, device in connection.execute(query)}
 
     def prediction(cell) -> float | None:
         if cell.status == "ok":
             return None
         if cell.provenance == "predicted":
             return cell.peak_bytes
-        return latest.get((cell.cell_key, _device_kind(cell.device)))
+        return latest.get((cell.cell_key, device_kind(cell.device)))
 
     return [prediction(cell) for cell in frame.itertuples()]

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.table import Table
 from sqlalchemy.engine import Engine
 
-from ckptlib.units import GIB
+from ckptlib.units import GIB, MIB
 
 from .matrices import Matrix, build_matrices
 from .query import load_cells, select_runs
@@ -32,8 +32,8 @@ def family_page(family: str, matrices: list[Matrix], plots: dict[str, list[Path]
     parts = [
         f"# {family}\n",
         *(f"{note}\n" for note in family_notes(family)),
-        "Each cell: post-warmup sec/step / peak GiB, or a status. `~` marks IQR/median "
-        "over 10%. CPU rows are tracked live tensor bytes on the CPU, not GPU memory.\n",
+        "Times are post-warmup; each table says what its cells mean under it. Rows labelled `CPU: ...` "
+        "were measured on a CPU (tracked tensor bytes, not GPU memory), `predicted: ...` were predicted.\n",
     ]
     for matrix in matrices:
         parts.append(f"## {matrix.title}\n")
@@ -73,7 +73,24 @@ def write_reports(
         index.append(f"| [{family}]({page.name}) | {len(family_matrices)} | {'; '.join(sources)} |")
     (out_dir / "index.md").write_text("\n".join(index) + "\n")
     written.append(out_dir / "index.md")
+    remove_stale(out_dir, written)
     return written
+
+
+MANIFEST = ".generated"  # the files the last `report` wrote, one path per line (relative to the folder)
+
+
+def remove_stale(out_dir: Path, written: list[Path]) -> list[Path]:
+    """Delete what the previous report wrote and this one did not (a family or plot that is gone);
+    files the report never wrote (diff pages, your own notes) are left alone."""
+    manifest = out_dir / MANIFEST
+    now = {p.relative_to(out_dir).as_posix() for p in written}
+    before = set(manifest.read_text().split()) if manifest.exists() else set()
+    stale = [out_dir / name for name in sorted(before - now) if (out_dir / name).is_file()]
+    for path in stale:
+        path.unlink()
+    manifest.write_text("\n".join(sorted(now)) + "\n")
+    return stale
 
 
 def splice_document(engine: Engine, document: Path, selectors: list[str] | None = None) -> list[str]:
@@ -91,6 +108,10 @@ def run_matrix(engine: Engine, run_id: int) -> str:
     return "\n\n".join(f"{m.title}\n\n{m.markdown()}" for m in build_matrices(cells))
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / MIB:.1f} MiB"
+
+
 def summary_table(results: list[dict]) -> Table:
     table = Table(title="sweep summary")
     for column in ("cell", "status", "sec/step", "peak", "note"):
@@ -101,7 +122,7 @@ def summary_table(results: list[dict]) -> Table:
             r.get("cell", "?"),
             r.get("status", "?"),
             f"{r['sec_per_step']:.4f}s" if ok else "",
-            f"{r['peak_bytes'] / GIB:.3f} GiB" if ok and r.get("peak_bytes") is not None else "",
+            _size(r["peak_bytes"]) if ok and r.get("peak_bytes") is not None else "",
             "skipped (already recorded)" if r.get("skipped") else (r.get("reason") or "")[:80],
         )
     return table

@@ -20,6 +20,8 @@ class CellResult:
     sec_per_step: float | None = None
     mean_s: float | None = None
     iqr_s: float | None = None
+    min_s: float | None = None  # the spread of the measured steps
+    max_s: float | None = None
     first_step_s: float | None = None
     warmup_steps: int | None = None
     steps: int | None = None
@@ -35,6 +37,9 @@ class CellResult:
     weight_bytes: int | None = None  # storage of the base weights (quantized or not)
     breakdown: dict[str, int] | None = None  # bytes by category at the peak
     device_name: str | None = None
+    # The host's 1-minute load average over its cores when the measured steps ended: above 1, other
+    # work competed for the CPU (reports flag such CPU cells).
+    host_load: float | None = None
     report: dict[str, Any] | None = None  # the checkpoint handle's report of the last step
     plan: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)  # build_s, predict_s, child_s, wall_s, ...
@@ -60,6 +65,13 @@ def step_statistics(samples: list[tuple[float, bool]]) -> dict[str, float | int 
         "steps": len(measured),
     }
     if not len(measured):
-        return {**statistics, "sec_per_step": None, "mean_s": None, "iqr_s": None}
+        return {**statistics, "sec_per_step": None, "mean_s": None, "iqr_s": None, "min_s": None, "max_s": None}
     q1, median, q3 = np.percentile(measured, [25, 50, 75])
-    return {**statistics, "sec_per_step": float(median), "mean_s": float(measured.mean()), "iqr_s": float(q3 - q1)}
+    return {
+        **statistics,
+        "sec_per_step": float(median),
+        "mean_s": float(measured.mean()),
+        "iqr_s": float(q3 - q1),
+        "min_s": float(measured.min()),
+        "max_s": float(measured.max()),
+    }

@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 JSON_OR_NULL = JSON(none_as_null=True)  # None is SQL NULL, not the JSON text 'null'
 
 
@@ -98,6 +98,8 @@ class CellRow(Base):
     sec_per_step: Mapped[float | None] = mapped_column(Float)
     mean_s: Mapped[float | None] = mapped_column(Float)
     iqr_s: Mapped[float | None] = mapped_column(Float)
+    min_s: Mapped[float | None] = mapped_column(Float)
+    max_s: Mapped[float | None] = mapped_column(Float)
     first_step_s: Mapped[float | None] = mapped_column(Float)
     warmup_steps: Mapped[int | None]
     steps: Mapped[int | None]
@@ -111,6 +113,7 @@ class CellRow(Base):
     weight_bytes: Mapped[int | None]
     breakdown: Mapped[dict[str, Any] | None]
     device_name: Mapped[str | None] = mapped_column(String(200))
+    host_load: Mapped[float | None] = mapped_column(Float)
     report: Mapped[dict[str, Any] | None]
     plan: Mapped[dict[str, Any] | None]
     timings: Mapped[dict[str, Any] | None]

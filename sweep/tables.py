@@ -8,12 +8,15 @@ from dataclasses import dataclass
 
 from ckptlib import MODES
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
-from ckptlib.units import GIB
+from ckptlib.units import GIB, MIB
 
 from .status import FROM_TEXT, TEXT, Status
 
 NOISE_THRESHOLD = 0.10  # IQR / median above this marks a cell as noisy
 NOISY_MARK = " ~"
+BUSY_LOAD = 1.5  # a CPU cell measured while the host's load per core was above this: its time is not clean
+BUSY_MARK = " !"
+UNITS = {"GiB": GIB, "MiB": MIB}
 NOT_RUN = "not run"
 # The docs' column names for the synthetic sweep, in the docs' order; family matrices use mode names.
 SYNTHETIC_COLUMNS = {
@@ -26,7 +29,7 @@ SYNTHETIC_COLUMNS = {
 FAMILY_MODES = list(MODES)  # the family tables' columns: the docs' modes in the docs' order
 MODE_BY_COLUMN = {**{label: mode for mode, label in SYNTHETIC_COLUMNS.items()}, **{m: m for m in FAMILY_MODES}}
 QUANTIZATION_ORDER = list(QUANTIZATION_NAMES)  # the docs' row order
-_MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<gib>\d+(?:\.\d+)?) GiB(?P<noisy> ~)?$")
+_MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<size>\d+(?:\.\d+)?) (?P<unit>GiB|MiB)(?P<marks>( [~!])*)$")
 
 
 def cell_text(
@@ -35,18 +38,23 @@ def cell_text(
     peak_bytes: int | None,
     iqr_s: float | None = None,
     predicted_bytes: int | None = None,
+    unit: str = "GiB",
+    busy: bool = False,
 ) -> str:
-    """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%. A prediction has no
-    time: `predicted 4.43 GiB`; a status cell with a prediction for it: `OOM (predicted 95.31 GiB)`."""
+    """`0.0166s / 4.43 GiB`, or the status word; ` ~` marks IQR/median over 10%, ` !` a busy host. A
+    prediction has no time: `predicted 4.43 GiB`; a status cell with a prediction for it:
+    `OOM (predicted 95.31 GiB)`. `unit` is GiB (the docs') or MiB (tables of small peaks)."""
+    size = UNITS[unit]
     if status != "ok":
         word = TEXT.get(status, status)
         if predicted_bytes is None or math.isnan(predicted_bytes):
             return word
-        return f"{word.removesuffix(' (predicted)')} (predicted {predicted_bytes / GIB:.2f} GiB)"
+        return f"{word.removesuffix(' (predicted)')} (predicted {predicted_bytes / size:.2f} {unit})"
     if sec_per_step is None or math.isnan(sec_per_step):
-        return f"predicted {peak_bytes / GIB:.2f} GiB"
+        return f"predicted {peak_bytes / size:.2f} {unit}"
     noisy = iqr_s is not None and not math.isnan(iqr_s) and sec_per_step and iqr_s / sec_per_step > NOISE_THRESHOLD
-    return f"{sec_per_step:.4f}s / {peak_bytes / GIB:.2f} GiB" + (NOISY_MARK if noisy else "")
+    marks = (NOISY_MARK if noisy else "") + (BUSY_MARK if busy else "")
+    return f"{sec_per_step:.4f}s / {peak_bytes / size:.2f} {unit}" + marks
 
 
 def parse_cell(text: str) -> dict | None:
@@ -61,7 +69,11 @@ def parse_cell(text: str) -> dict | None:
         raise ValueError(
             f"cannot parse cell {text!r}: expected '0.0166s / 4.43 GiB' or one of {', '.join([*FROM_TEXT, NOT_RUN])}"
         )
-    return {"status": Status.OK, "sec_per_step": float(match["sec"]), "peak_bytes": round(float(match["gib"]) * GIB)}
+    return {
+        "status": Status.OK,
+        "sec_per_step": float(match["sec"]),
+        "peak_bytes": round(float(match["size"]) * UNITS[match["unit"]]),
+    }
 
 
 @dataclass

@@ -16,3 +16,14 @@ def postgres_url():
     name, url = create_database()
     yield url
     drop_database(name)
+
+
+# The suite runs on two workers (pytest-xdist, pyproject's addopts). Tests of the PostgreSQL server
+# share one worker: one of them restarts the server, which must not cut another's connection.
+SERVER_FIXTURES = {"postgres_url", "pod_run"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("postgres-server"))

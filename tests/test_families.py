@@ -106,6 +106,15 @@ def test_real_presets_have_their_published_size(name):
         assert billions == pytest.approx(expected, rel=0.01) if expected else billions > 0.1, preset_name
 
 
+@pytest.mark.parametrize("name", BUILDABLE)
+def test_the_whole_workload_builds_on_meta(name):
+    """Model and inputs: the CPU memory guard's rough bound and the predictor build every cell on
+    meta first (an input made with .item() failed every cosmos3 cell)."""
+    work = build(name, "tiny", device="meta", dtype=torch.bfloat16)
+    leaves = [t for t in torch.utils._pytree.tree_leaves((work.args, work.kwargs)) if isinstance(t, torch.Tensor)]
+    assert leaves and all(t.device.type == "meta" for t in leaves)
+
+
 def test_families_without_a_class_are_listed_and_unsupported():
     missing = {name: f for name, f in FAMILIES.items() if f.unsupported is not None}
     assert {"boogu-image", "heartmula", "longcat-video", "mageflow", "wan-s2v", "zlab-i1"} <= set(missing)

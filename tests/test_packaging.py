@@ -1,27 +1,43 @@
 """The installed wheel, not the checkout: configs and published tables ship inside the package,
 and `ckpt-sweep run` works from any directory."""
 
+import shutil
 import site
 import sqlite3
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 from tests.sweep_helpers import ROOT
+
+
+def clean_source(tmp_path: Path) -> Path:
+    """The tracked files only, as a clean clone has them (a checkout's build/ would leak stale modules
+    into the wheel)."""
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    return source
 
 
 def test_the_wheel_runs_a_sweep_outside_the_checkout(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels)]
+        + [str(clean_source(tmp_path))],
         check=True,
         capture_output=True,
         cwd=tmp_path,
     )
     [wheel] = wheels.glob("ckpt_sweep-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "sweep/conf/config.yaml" in names and "sweep/conf/mode/layer.yaml" in names
+    assert {"sweep/conf/config.yaml", "sweep/conf/sweep/cpu-demo.yaml", "sweep/conf/launcher/slurm.yaml"} <= set(names)
     assert "sweep/published/unsloth-synthetic.md" in names
+    assert not [n for n in names if n.startswith(("tests/", "scripts/"))], "the wheel ships the packages only"
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"

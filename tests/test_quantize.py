@@ -116,5 +116,5 @@ def test_quantization_axis_through_the_sweep(tmp_path):
     assert '"torchao"' in environment and '"sdnq"' in environment
     engine = open_store(f"sqlite:///{db}")
     [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
-    assert list(matrix.frame["precision"]) == ["none", "int8-torchao", "fp8-torchao", "int8-sdnq"]
+    assert list(matrix.frame["Precision"]) == ["bf16", "int8 (TorchAO)", "fp8 (TorchAO)", "int8 (SDNQ)"]
     engine.dispose()

@@ -32,11 +32,12 @@ def cells_of(markdown_text: str, source: str) -> dict[tuple, str]:
     for table in parse_tables(markdown_text, source):
         for _, cells in table.rows:
             row = dict(zip(table.header, cells))
+            hardware = row.get("GPU", row.get("Hardware"))  # the docs' heading, and the reports'
             for column, text in row.items():
-                if column not in ("GPU", "Tokens"):
-                    found[
-                        (table.heading if "Tokens" in row else "large", row["GPU"], row.get("Tokens", ""), column)
-                    ] = text
+                if column not in ("GPU", "Hardware", "Tokens"):
+                    found[(table.heading if "Tokens" in row else "large", hardware, row.get("Tokens", ""), column)] = (
+                        text
+                    )
     return found
 
 
@@ -68,7 +69,9 @@ def test_diff_of_the_published_runs(engine):
     assert len(cells) == 20
     assert cells.loc[("packed-16384", "none"), "ratio"] == pytest.approx(1.8153 / 0.8781)
     assert cells.loc[("large-3072", "unsloth"), "ratio"] == pytest.approx(0.6864 / 0.2722)
-    assert cells.loc[("packed-1024", "layer"), "memory_diff_gib"] == pytest.approx(3.60 - 3.64, abs=1e-9)
+    assert result.unit == "GiB" and cells.loc[("packed-1024", "layer"), "memory_diff"] == pytest.approx(
+        3.60 - 3.64, abs=1e-9
+    )
     published = cells_of(PUBLISHED.read_text(), "p")
     for (heading, gpu, tokens, column), text in published.items():
         if gpu != "H100 80GB":
@@ -143,8 +146,8 @@ def test_splice_replaces_marked_blocks_only_and_is_idempotent(engine, tmp_path):
     text = doc.read_text()
     assert text.startswith("# Title\n\nProse before.\n\n") and "Prose between | with a pipe." in text
     assert "old table" not in text and "kept" in text and text.endswith("End.\n")
-    assert "| H100 80GB | 16384    | 0.8781s / 19.39 GiB" in text
-    assert "| L40S      | 0.5045s / 14.51 GiB" in text
+    assert "| H100 80GB  | 16384    | 0.8781s / 19.39 GiB" in text
+    assert "| L40S       | 0.5045s / 14.51 GiB" in text
     splice_document(engine, doc)
     assert doc.read_text() == text
 
@@ -259,7 +262,74 @@ def test_advise_rejects_unknown_input():
         parse_size("lots")
     with pytest.raises(ValueError, match="no recorded cells for family 'other'"):
         advise(HAND_CHECKED, "other", parse_size("48GiB"))
-    assert parse_size("24GB") == 24 * 10**9 and parse_size("80") == 80 * 2**30
+    assert parse_size("24GB") == parse_size("24G") == parse_size("24GiB") == parse_size("24") == 24 * 2**30
+    assert parse_size("512MiB") == 512 * 2**20
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--vram", "0"], "a card needs some memory: got '0'"),
+        (
+            ["--vram", "24", "--margin", "1.5"],
+            "--margin is a share of the card to keep free, from 0 to under 1; got 1.5",
+        ),
+        (
+            ["--vram", "24", "--margin", "-0.5"],
+            "--margin is a share of the card to keep free, from 0 to under 1; got -0.5",
+        ),
+        (["--card", "TPU v5"], "unknown card 'TPU v5'; known: RTX 3090"),
+    ],
+)
+def test_advise_refuses_bad_cards_and_margins(engine, tmp_path, args, message):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweep.cli",
+            "advise",
+            "--family",
+            "synthetic",
+            "--tokens",
+            "16384",
+            "--db",
+            f"sqlite:///{tmp_path / 'r.db'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_advise_takes_a_card_by_name_and_never_ranks_activation_offload_above_layer():
+    from sweep.advise import card_bytes
+
+    assert card_bytes("h100 80gb") == 81559 * 2**20 and card_bytes("RTX 4090") == 24564 * 2**20
+    # Predictions only: activation-offload predicts what layer does (its attention offload is skipped).
+    cells = (
+        pd.DataFrame(
+            [(m, "ok", None, 12.0) for m in ("none", "activation-offload", "layer", "unsloth")]
+            + [("none", "ok", None, 30.0)],
+            columns=["mode", "status", "sec_per_step", "gib"],
+        )
+        .iloc[1:4]
+        .assign(
+            family="toy",
+            preset="p",
+            tokens=4096,
+            quantization="none",
+            hardware="predicted: cuda",
+            provenance="predicted",
+            device="predicted:cuda",
+            config=None,
+            peak_bytes=lambda f: (f["gib"] * 2**30).round(),
+            text=lambda f: f["mode"],
+        )
+    )
+    advice = advise(cells, "toy", parse_size("24GiB"))
+    assert advice.mode == "layer", str(advice)
 
 
 def test_report_selects_runs_by_hardware(engine):
@@ -267,7 +337,7 @@ def test_report_selects_runs_by_hardware(engine):
         select_runs(engine, ["TPU"])
     matrices = build_matrices(load_cells(engine, select_runs(engine, ["L40S"])))
     assert {m.table_id for m in matrices} == {"synthetic/packed-latents", "synthetic/large-shape"}
-    assert all(set(m.frame["GPU"]) == {"L40S"} for m in matrices)
+    assert all(set(m.frame["Hardware"]) == {"L40S"} for m in matrices)
 
 
 def test_near_duplicate_cells_each_get_their_own_column(tmp_path):
@@ -313,7 +383,9 @@ def test_near_duplicate_cells_each_get_their_own_column(tmp_path):
     for i in range(len(variants)):
         assert f"{1.0 + i / 100:.4f}s / {i + 1}.00 GiB" in text, text
     headings = [c for c in matrix.frame.columns if c.startswith("Torch layer")]
-    assert len(headings) == len(variants) and "Torch layer (interval 3)" in headings
+    # the dtype is the row (precision bf16 vs fp32); every other difference is a column heading
+    assert len(headings) == len(variants) - 1 and "Torch layer (interval 3)" in headings
+    assert list(matrix.frame["Precision"]) == ["bf16", "fp32"]
     assert "Torch layer (interval 2, stride 4)" in headings and any("LoRA rank 8" in h for h in headings)
     assert "unsupported [1]" in text and "[1] synthetic: no feed-forward boundary (injected)" in text
     engine.dispose()
@@ -324,7 +396,7 @@ def test_an_imported_oom_cell_is_a_status_in_report_advise_and_diff(engine, tmp_
     source.write_text(PUBLISHED.read_text().replace("| L40S | 16384 | 1.8153s / 19.35 GiB |", "| L40S | 16384 | OOM |"))
     import_file(engine, source)
     written = write_reports(engine, tmp_path / "reports", with_plots=False)
-    assert "| L40S      | 16384    | OOM " in (tmp_path / "reports" / "synthetic.md").read_text()
+    assert "| L40S       | 16384    | OOM " in (tmp_path / "reports" / "synthetic.md").read_text()
     advice = advise(
         load_cells(engine, select_runs(engine)), "synthetic", parse_size("48GiB"), hardware="L40S", tokens=16384
     )
@@ -357,3 +429,34 @@ def test_tokens_print_as_whole_numbers(engine, tmp_path):
     write_reports(engine, tmp_path / "reports", with_plots=False)
     text = (tmp_path / "reports" / "synthetic.md").read_text()
     assert "| 16384 " in text and "16384.0" not in text
+
+
+def test_reports_read_as_a_person_would_and_remove_only_their_own_stale_files(engine, tmp_path):
+    """A CPU table of small peaks in MiB with its precision spelled out and a legend; the published
+    tables untouched in GiB; a page that is no longer generated removed, a file of your own kept."""
+    from sweep import store
+    from sweep.cell import Cell
+    from sweep.results import CellResult
+
+    run_id = store.get_or_create_run(engine, "mine", "CPU: Test", device="cpu")
+    for i, mode in enumerate(("none", "layer")):
+        cell = Cell(
+            family="flux1",
+            builder="ckptlib.families.builders.flux1",
+            preset="tiny",
+            mode=mode,
+            backend="none" if mode == "none" else "torch",
+        )
+        result = CellResult("ok", sec_per_step=0.01 * (i + 1), peak_bytes=(3 - i) * 2**20, host_load=2.0 if i else 0.5)
+        store.record_cell(engine, run_id, cell.as_dict(), cell.key, result, shape={"height": 64, "width": 64})
+    out = tmp_path / "reports"
+    write_reports(engine, out, with_plots=False)
+    page = (out / "flux1.md").read_text()
+    assert "| Precision   | none               | layer                |" in page
+    assert "| fp32        | 0.0100s / 3.00 MiB | 0.0200s / 2.00 MiB ! |" in page
+    assert "peak MiB of live tensors on the CPU" in page and "`!` the host was busy" in page
+    assert "GiB as the docs published them" in (out / "synthetic.md").read_text()
+    (out / "notes.md").write_text("mine")
+    write_reports(engine, out, selectors=["H100 80GB", "L40S"], with_plots=False)
+    assert not (out / "flux1.md").exists() and (out / "notes.md").read_text() == "mine"
+    assert (out / "synthetic.md").exists()

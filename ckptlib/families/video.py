@@ -132,7 +132,8 @@ def cosmos3_inputs(config, shape, device, dtype, g):
         "vision_token_shapes": [(t, h // p, w // p)],
         "vision_sequence_indexes": vision,
         "vision_mse_loss_indexes": vision,
-        "vision_timesteps": torch.full((n_vision,), float(timestep(1, device, 1.0, g)), device=device, dtype=dtype),
+        # One time for every patch, kept a tensor: builds on meta (the memory guard, the predictor) too.
+        "vision_timesteps": timestep(1, device, 1.0, g).to(dtype).expand(n_vision).contiguous(),
         "vision_noisy_frame_indexes": [torch.arange(t, device=device)],
     }
 

@@ -7,6 +7,7 @@ Every torch.cuda call names the cell's device: with `device=cuda:1`, a bare
 from __future__ import annotations
 
 import gc
+import os
 import time
 
 import torch
@@ -48,6 +49,9 @@ class CudaDevice:
     def name(self) -> str:
         return torch.cuda.get_device_name(self.device)
 
+    def load(self) -> None:  # a GPU's time is its own: the host's load does not disturb it the same way
+        return None
+
 
 class CpuDevice:
     """No allocator counters on a CPU: one extra, untimed step under the live-tensor tracker gives
@@ -86,6 +90,13 @@ class CpuDevice:
         from sweep.environment import cpu_model
 
         return f"CPU: {cpu_model()}"
+
+    def load(self) -> float | None:
+        """The 1-minute load average per core."""
+        try:
+            return os.getloadavg()[0] / (os.cpu_count() or 1)
+        except OSError:
+            return None
 
 
 def device_for(device: str) -> CudaDevice | CpuDevice:

@@ -65,10 +65,12 @@ ROUGH_SHARE = 0.25  # a CPU cell whose rough bound is under this share of the ho
 
 def rough_host_bytes(cell, build) -> int:
     """A cheap, generous bound on a CPU cell's memory from a build on the meta device: weights with
-    their gradients and AdamW moments, and for each block some 32 copies of the inputs' size."""
+    their gradients and AdamW moments, and for each block some 32 copies of the inputs' size. Built
+    unquantized: larger, so still a bound, and a quantization package imported on meta would miss
+    the settings it needs on a CPU (ckptlib.quantize: cpu_environment)."""
     from torch.utils._pytree import tree_leaves
 
-    work = build(device="meta", **build_kwargs(cell))
+    work = build(device="meta", **{**build_kwargs(cell), "quantization": "none"})
     weights = sum(p.numel() * p.element_size() for p in work.model.parameters())
     inputs = sum(t.numel() * t.element_size() for t in tree_leaves((work.args, work.kwargs)) if hasattr(t, "numel"))
     blocks = sum(len(work.model.get_submodule(path)) for path in work.spec.block_lists)
@@ -146,6 +148,7 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
             report=report.as_dict(),
             plan=report.plans,
             device_name=device.name(),
+            host_load=device.load(),
             timings=timings,
         )
 
