@@ -14,7 +14,6 @@ from sqlalchemy.exc import OperationalError
 
 from sweep import store
 from sweep.migrations import schema_version
-from sweep.schema import SCHEMA_VERSION
 from sweep.query import load_cells, select_runs
 from sweep.results import CellResult
 from sweep.schema import SCHEMA_VERSION
