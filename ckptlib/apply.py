@@ -23,7 +23,7 @@ from .config import CheckpointConfig
 from .memory import storage_id
 from .offload import Offloader
 from .plan import Plan, plan
-from .pool import HostPool
+from .pool import HostPool, available_host_bytes
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 
 
@@ -55,6 +55,7 @@ class Report:
     ffn_recomputed: int = 0
     attention_regions_offloaded: int = 0
     attention_offload_skipped: int = 0  # attention inside a recomputed region keeps nothing to offload
+    abandoned_steps: int = 0  # steps so far whose backward never ran (their host buffers were reclaimed)
     offload: dict[str, int] = field(default_factory=dict)
     pool: dict[str, int] = field(default_factory=dict)
 
@@ -85,13 +86,14 @@ class CheckpointHandle:
         if self._offloader is not None:
             report.offload = asdict(self._offloader.counters)
             report.pool = self._offloader.pool.stats.as_dict()
+            report.abandoned_steps = self._offloader.abandoned_steps
         return report
 
     def start_step(self) -> None:
         self._counters = self._fresh_report()
         if self._offloader is not None:
+            self._offloader.reset_step()  # first: it may reclaim buffers of a step without backward
             self._offloader.keep = {storage_id(t) for t in (*self.model.parameters(), *self.model.buffers())}
-            self._offloader.reset_step()
             self._offloader.pool.stats.reset_step()
 
     def remove(self) -> None:
@@ -201,17 +203,35 @@ class CheckpointHandle:
         return forward
 
 
-def apply(model: nn.Module, config: CheckpointConfig, spec: BlockSpec) -> CheckpointHandle:
-    """Patch `model` to run `config`'s plan on every block list of `spec`; returns the handle to undo it."""
+def apply(
+    model: nn.Module,
+    config: CheckpointConfig,
+    spec: BlockSpec,
+    *,
+    streams_for: Callable | None = None,
+    host_bytes: int | None = None,
+) -> CheckpointHandle:
+    """Patch `model` to run `config`'s plan on every block list of `spec`; returns the handle to undo it.
+
+    `streams_for(device)` gives the offloader its streams (ckptlib/streams.py; the predictor passes
+    a model of CUDA's), by default the device's own. `host_bytes` is the host memory the offload
+    pool may take `config.host_memory_share` of, by default what this host has available."""
     block_lists = {path: _block_list(model, path, spec) for path in spec.block_lists}
     _check_supported(config, spec, block_lists)
     plans = {path: plan(len(blocks), config) for path, blocks in block_lists.items()}
     offloader = None
     if config.uses_offload:
-        # Pinned host memory only speeds copies from a GPU; a CPU model's copies stay pageable.
+        # Pinned host memory only speeds copies from a GPU: pinning follows the model's device, not the host.
         on_gpu = any(p.device.type == "cuda" for p in model.parameters())
-        pool = HostPool(config.pin_memory_max_buckets, pin=on_gpu)
-        offloader = Offloader(pool, config.min_offload_bytes)
+        limit = int(config.host_memory_share * (available_host_bytes() if host_bytes is None else host_bytes))
+        pool = HostPool(config.pin_memory_max_buckets, pin=on_gpu, limit_bytes=limit)
+        offloader = Offloader(
+            pool,
+            config.min_offload_bytes,
+            stash_depth=config.offload_stash_depth,
+            prefetch=config.offload_prefetch,
+            streams_for=streams_for,
+        )
     handle = CheckpointHandle(model, config, plans, offloader)
     try:
         for path, blocks in block_lists.items():

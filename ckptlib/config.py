@@ -33,6 +33,11 @@ BACKENDS: dict[str, Backend] = {
 DEFAULT_PIN_MEMORY_MAX_BUCKETS = 12
 # Saved tensors smaller than this cost more to move than they save (Unsloth uses 2 MB, TE about 1 MB).
 DEFAULT_MIN_OFFLOAD_BYTES = 1 << 20
+# Device-to-host copies in flight before the oldest is waited on (torchtune's max_fwd_stash_size is 5):
+# SDPA saves q, k, v and out back to back, so a depth of 4 lets a whole attention's copies overlap.
+DEFAULT_OFFLOAD_STASH_DEPTH = 4
+# The pool stops growing past this share of the host's available memory (torchtune warns at 60%).
+DEFAULT_HOST_MEMORY_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,11 @@ class CheckpointConfig:
     offload_attention: move attention-side saved tensors to host memory.
     pin_memory_max_buckets: distinct (numel, dtype) pinned buffers the host pool may keep; 0 = pageable only.
     min_offload_bytes: saved tensors below this size stay on the device.
+    offload_stash_depth: device-to-host copies kept in flight; the oldest is waited on only beyond it.
+    offload_prefetch: in backward, reload the next region's tensors on a side stream while this one
+        is recomputed (CUDA; a CPU copies synchronously either way).
+    host_memory_share: the host pool stops growing past this share of available host memory; what
+        does not fit stays on the device for the rest of the step (reported).
     """
 
     backend: str = "none"
@@ -53,6 +63,9 @@ class CheckpointConfig:
     offload_attention: bool = False
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
     min_offload_bytes: int = DEFAULT_MIN_OFFLOAD_BYTES
+    offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH
+    offload_prefetch: bool = True
+    host_memory_share: float = DEFAULT_HOST_MEMORY_SHARE
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -72,6 +85,10 @@ class CheckpointConfig:
             raise ValueError(f"pin_memory_max_buckets must be 0 or more, got {self.pin_memory_max_buckets}")
         if self.min_offload_bytes < 0:
             raise ValueError(f"min_offload_bytes must be 0 or more, got {self.min_offload_bytes}")
+        if self.offload_stash_depth < 1:
+            raise ValueError(f"offload_stash_depth must be 1 or more copies in flight, got {self.offload_stash_depth}")
+        if not 0 < self.host_memory_share <= 1:
+            raise ValueError(f"host_memory_share must be in (0, 1], got {self.host_memory_share}")
 
     @property
     def checkpoints(self) -> bool:

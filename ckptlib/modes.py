@@ -14,5 +14,7 @@ MODES: dict[str, CheckpointConfig] = {
     "seg2-stride4-offload": CheckpointConfig("torch", interval=2, stride=4, offload_attention=True),
     "unsloth": CheckpointConfig("unsloth"),
     "torch-ffn": CheckpointConfig("torch-ffn"),
+    # FFN-only recompute leaves attention's saved tensors in place: offloading them pays here.
+    "torch-ffn-offload": CheckpointConfig("torch-ffn", offload_attention=True),
     "unsloth-ffn": CheckpointConfig("unsloth-ffn"),
 }

@@ -1,19 +1,35 @@
-"""Host buffers for offloaded activations, pooled by (numel, dtype).
+"""Host buffers for offloaded activations, pooled by (numel, dtype, layout).
 
 Pinned allocation costs milliseconds per tensor, so buffers are kept and reused. At most
-`max_buckets` distinct (numel, dtype) keys are held; a new key evicts the least recently used idle
-bucket, or, when every bucket is busy, is served by a one-off pageable buffer. When pinning fails
-(no accelerator, or a host cap on pinned memory) the pool carries on with pageable buffers.
+`max_buckets` distinct keys are held; a new key evicts the least recently used idle bucket, or,
+when every bucket is busy, is served by a one-off pageable buffer. When pinning fails (a host cap
+on pinned memory) the pool carries on with pageable buffers and warns once: pageable copies make
+the host wait at every offload. The pool never grows past `limit_bytes` (a share of the host's
+available memory): `acquire` answers None and the caller keeps the tensor where it is.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 
 import torch
 
 from .memory import untracked
+
+
+def available_host_bytes() -> int:
+    """Memory the host can still give (MemAvailable), else its physical memory."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 @dataclass
@@ -23,6 +39,7 @@ class PoolStats:
     evictions: int = 0
     pageable_fallbacks: int = 0  # requests served outside the pool
     pin_failures: int = 0
+    refused_over_limit: int = 0  # requests that would have grown the pool past its host-memory limit
     held_bytes: int = 0  # bytes in pooled buffers now, pinned or not
     pinned_bytes: int = 0
     peak_held_bytes: int = 0
@@ -30,6 +47,7 @@ class PoolStats:
 
     def reset_step(self) -> None:
         self.hits = self.misses = self.evictions = self.pageable_fallbacks = self.pin_failures = 0
+        self.refused_over_limit = 0
         self.peak_held_bytes, self.peak_pinned_bytes = self.held_bytes, self.pinned_bytes
 
     def as_dict(self) -> dict[str, int]:
@@ -39,7 +57,7 @@ class PoolStats:
 @dataclass(eq=False)
 class HostBuffer:
     tensor: torch.Tensor  # 1-D, numel elements
-    key: tuple[int, torch.dtype] | None  # None: one-off pageable buffer, not pooled
+    key: tuple[int, torch.dtype, torch.layout] | None  # None: one-off pageable buffer, not pooled
     ready: object = None  # event the next writer must wait for (a reload still reading it)
 
 
@@ -50,27 +68,39 @@ class _Bucket:
 
 
 class HostPool:
-    def __init__(self, max_buckets: int, pin: bool):
+    def __init__(self, max_buckets: int, pin: bool, limit_bytes: int | None = None):
         if max_buckets < 0:
             raise ValueError(f"max_buckets must be 0 or more, got {max_buckets}")
         self.max_buckets = max_buckets
-        self.pin = pin
+        self.pin = self._wants_pin = pin
+        self.limit_bytes = limit_bytes
         self.stats = PoolStats()
-        self._buckets: OrderedDict[tuple[int, torch.dtype], _Bucket] = OrderedDict()
+        self._buckets: OrderedDict[tuple[int, torch.dtype, torch.layout], _Bucket] = OrderedDict()
+        self._one_off_bytes = 0  # one-off pageable buffers still in use
+        self._warned = False
 
-    def acquire(self, numel: int, dtype: torch.dtype) -> HostBuffer:
-        key = (numel, dtype)
+    def acquire(self, numel: int, dtype: torch.dtype, layout: torch.layout = torch.strided) -> HostBuffer | None:
+        """A host buffer of `numel` elements, or None when a new one would pass the limit."""
+        key = (numel, dtype, layout)
         bucket = self._buckets.get(key)
+        if bucket is not None and bucket.free:
+            self._buckets.move_to_end(key)
+            bucket.in_use += 1
+            self.stats.hits += 1
+            return bucket.free.pop()
+        nbytes = numel * dtype.itemsize
+        if self.limit_bytes is not None and self.stats.held_bytes + self._one_off_bytes + nbytes > self.limit_bytes:
+            self.stats.refused_over_limit += 1
+            return None
         if bucket is None:
             bucket = self._new_bucket(key)
             if bucket is None:
                 self.stats.pageable_fallbacks += 1
+                self._warn_pageable("every pooled bucket is busy")
+                self._one_off_bytes += nbytes
                 return HostBuffer(self._allocate(numel, dtype, pin=False), key=None)
         self._buckets.move_to_end(key)
         bucket.in_use += 1
-        if bucket.free:
-            self.stats.hits += 1
-            return bucket.free.pop()
         self.stats.misses += 1
         tensor = self._allocate(numel, dtype, pin=self.pin)
         self._account(tensor, +1)
@@ -78,6 +108,7 @@ class HostPool:
 
     def release(self, buffer: HostBuffer, ready: object = None) -> None:
         if buffer.key is None:
+            self._one_off_bytes -= buffer.tensor.numel() * buffer.tensor.element_size()
             return
         buffer.ready = ready
         bucket = self._buckets.get(buffer.key)
@@ -115,10 +146,20 @@ class HostPool:
             if pin:
                 try:
                     return torch.empty(numel, dtype=dtype, pin_memory=True)
-                except RuntimeError:
+                except RuntimeError as error:
                     self.stats.pin_failures += 1
                     self.pin = False
+                    self._warn_pageable(f"pinning failed ({str(error).splitlines()[0]})")
             return torch.empty(numel, dtype=dtype)
+
+    def _warn_pageable(self, why: str) -> None:
+        if self._wants_pin and not self._warned:  # a CPU model's buffers are pageable by design
+            self._warned = True
+            warnings.warn(
+                f"activation offload: pageable host buffers ({why}); each copy makes the host wait "
+                "(raise pin_memory_max_buckets or the host's pinned-memory limit)",
+                stacklevel=4,
+            )
 
     def _account(self, tensor: torch.Tensor, sign: int) -> None:
         nbytes = sign * tensor.numel() * tensor.element_size()

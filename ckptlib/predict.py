@@ -28,6 +28,7 @@ from .apply import apply
 from .config import CheckpointConfig
 from .memory import CATEGORIES, step_peak
 from .spec import UnsupportedModeError
+from .streams import ModelledStreams
 from .units import MIB
 from .workload import Workload, adamw_for
 
@@ -41,6 +42,7 @@ class DeviceModel:
     context_bytes: int  # device memory the allocator never sees (CUDA context, kernels): in the fit check only
     flash_attention: bool  # SDPA runs a fused kernel that keeps out + logsumexp, never the score matrix
     foreach_optimizer: bool  # AdamW's multi-tensor path (whole-group temporaries), torch's CUDA default
+    asynchronous_copies: bool  # offload copies on streams: the stash in flight and prefetched reloads are live
 
     def assumptions(self) -> list[str]:
         lines = [f"weights and activations in {str(self.dtype).removeprefix('torch.')}"]
@@ -58,6 +60,11 @@ class DeviceModel:
             else "attention: the CPU kernels torch picks for the same call"
         )
         lines.append("AdamW foreach (multi-tensor) step" if self.foreach_optimizer else "AdamW per-tensor step")
+        if self.asynchronous_copies:
+            lines.append(
+                "activation offload as on CUDA: sources live until their copy is waited on (the stash), "
+                "reloads prefetched one region ahead; the host pool is not limited"
+            )
         lines.append(
             "peak of a steady-state step (after one warm step); fragmentation and the allocator's "
             "reserved-but-free memory are not modelled"
@@ -68,10 +75,24 @@ class DeviceModel:
 DEVICE_MODELS = {
     # torch's CUDA defaults on Hopper: 512 B blocks, a 32 MiB cuBLAS workspace (4096 KiB x 8),
     # about 0.5 GiB of context and kernel images per process.
-    "cuda": DeviceModel("cuda", torch.bfloat16, 512, 32 * MIB, 512 * MIB, flash_attention=True, foreach_optimizer=True),
+    "cuda": DeviceModel(
+        "cuda",
+        torch.bfloat16,
+        512,
+        32 * MIB,
+        512 * MIB,
+        flash_attention=True,
+        foreach_optimizer=True,
+        asynchronous_copies=True,
+    ),
     # What the harness measures on CPU: fp32, exact storage bytes, the CPU kernels.
-    "cpu": DeviceModel("cpu", torch.float32, 1, 0, 0, flash_attention=False, foreach_optimizer=False),
+    "cpu": DeviceModel(
+        "cpu", torch.float32, 1, 0, 0, flash_attention=False, foreach_optimizer=False, asynchronous_copies=False
+    ),
 }
+
+
+UNLIMITED_HOST_BYTES = 1 << 62  # the target host's memory is not known: its offload pool is not limited
 
 
 @dataclass
@@ -128,7 +149,8 @@ def predict(
         else contextlib.nullcontext()
     )
     with mode, attention:
-        handle = apply(work.model, config, work.spec)
+        streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
+        handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
         work.step()  # optimizer state and the lazily drawn target exist in every measured step
         tracker = step_peak(work, "cpu", round_to=model.allocator_round_bytes)
     breakdown = {c: tracker.peak_by_category.get(c, 0) for c in CATEGORIES}

@@ -79,6 +79,7 @@ class Advice:
 EXPECTED_COST_ORDER = [
     "none",
     "torch-ffn",
+    "torch-ffn-offload",
     "unsloth-ffn",
     "seg2-stride4",
     "seg2-stride4-offload",

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from ckptlib import CheckpointConfig
-from ckptlib.config import DEFAULT_PIN_MEMORY_MAX_BUCKETS
+from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 
-LATER_FIELDS = {"dtype": "auto"}
+LATER_FIELDS = {"dtype": "auto", "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -32,6 +32,7 @@ class Cell:
     stride: int | None = None
     offload_attention: bool = False
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
+    offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH
     quantization: str = "none"
     training: str = "lora"
     lora_rank: int = 16
@@ -60,6 +61,7 @@ class Cell:
             stride=self.stride,
             offload_attention=self.offload_attention,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
+            offload_stash_depth=self.offload_stash_depth,
         )
 
     def describe(self) -> str:
@@ -90,6 +92,7 @@ def cell_from_config(cfg) -> Cell:
         dtype=_word(cfg.dtype),
         lora_rank=int(cfg.lora_rank),
         pin_memory_max_buckets=int(cfg.pin_memory_max_buckets),
+        offload_stash_depth=int(cfg.offload_stash_depth),
         seed=int(cfg.seed),
         shape=OmegaConf.to_container(cfg.shape),
         **schedule,

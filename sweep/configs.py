@@ -4,7 +4,7 @@ ckptlib registry, quantizations from ckptlib.quantize: each fact is defined ther
 
 Sweep files (sweep/conf/sweep/*.yaml) select families and modes by rule through resolvers:
 `${families:all}` (every registered family), `${families:buildable}`, `${modes:docs}` (the family
-tables' nine), `${modes:synthetic}` (the synthetic sweep's five).
+tables' ten), `${modes:synthetic}` (the synthetic sweep's five).
 """
 
 from dataclasses import dataclass, field, fields
@@ -15,7 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from ckptlib import MODES, CheckpointConfig
-from ckptlib.config import DEFAULT_PIN_MEMORY_MAX_BUCKETS
+from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.workload import TRAINING_MODES
 
@@ -89,6 +89,7 @@ class SweepConfig:
     lora_rank: int = 16
     dtype: Dtype = Dtype.auto  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp16 | fp32
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
+    offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH  # device-to-host copies in flight (CUDA)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     workers: int = 2  # launcher=pod without GPUs: cells run in parallel (with GPUs: one per cell)

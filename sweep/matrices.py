@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 from ckptlib.modes import MODES
 from ckptlib.quantize import precision_label
 from ckptlib.units import GIB
@@ -35,6 +36,7 @@ RUN_SETTINGS = {
     "dtype": "{}",
     "seed": "seed {}",
     "pin_memory_max_buckets": "{} pinned buckets",
+    "offload_stash_depth": "{} copies in flight",
 }
 FOOTNOTED = (Status.UNSUPPORTED, Status.FAILED, Status.CRASHED, Status.TIMEOUT, Status.INVALID, Status.HOST_OOM)
 
@@ -79,7 +81,14 @@ def _describe(setting: str, value) -> str:
     return {**CHECKPOINT_SETTINGS, **RUN_SETTINGS}[setting].format(value)
 
 
-CELL_DEFAULTS = {"training": None, "lora_rank": 16, "dtype": "auto", "seed": 0, "pin_memory_max_buckets": 12}
+CELL_DEFAULTS = {
+    "training": None,
+    "lora_rank": 16,
+    "dtype": "auto",
+    "seed": 0,
+    "pin_memory_max_buckets": DEFAULT_PIN_MEMORY_MAX_BUCKETS,
+    "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH,
+}
 
 
 def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
@@ -121,15 +130,31 @@ def _qualifiers(cells: pd.DataFrame, rows: list[str]) -> pd.Series:
     return pd.Series([qualifier(i) for i in cells.index], index=cells.index)
 
 
+def offloaded_nothing(report) -> str | None:
+    """Why a cell that asked for attention offload moved nothing (its report's counters), or None."""
+    if not isinstance(report, dict) or report.get("attention_regions_offloaded", 0):
+        return None
+    skipped = report.get("attention_offload_skipped", 0)
+    if not skipped:
+        return None
+    return (
+        f"offloads nothing: all {skipped} attention modules sit in recomputed blocks, whose saved tensors "
+        "recompute owns; the same work as Torch layer (seg2-stride4-offload and torch-ffn-offload offload)"
+    )
+
+
 def _footnoted(cells: pd.DataFrame, texts: list[str]) -> tuple[pd.Series, list[str]]:
-    """Cell texts with `[n]` after a status whose reason is known, and the numbered reasons."""
+    """Cell texts with `[n]` after a status whose reason is known (or an offload that moved
+    nothing, from the cell's report), and the numbered reasons."""
     notes: list[str] = []
     marked = []
-    for text, status, reason in zip(texts, cells["status"], cells["reason"]):
-        if status in FOOTNOTED and isinstance(reason, str) and reason:
-            if reason not in notes:
-                notes.append(reason)
-            text = f"{text} [{notes.index(reason) + 1}]"
+    reports = cells["report"] if "report" in cells else [None] * len(cells)
+    for text, status, reason, report in zip(texts, cells["status"], cells["reason"], reports):
+        note = reason if status in FOOTNOTED and isinstance(reason, str) and reason else offloaded_nothing(report)
+        if note:
+            if note not in notes:
+                notes.append(note)
+            text = f"{text} [{notes.index(note) + 1}]"
         marked.append(text)
     return pd.Series(marked, index=cells.index), notes
 

@@ -34,6 +34,7 @@ CELL_COLUMNS = [
     "host_load",
     "config",
     "versions",
+    "report",
 ]
 
 

@@ -80,6 +80,11 @@ def test_the_checker_sees_a_missing_wait():
     ]
     assert any("ordering 3" in p for p in recording_streams.ordering_violations(overwritten))
     early_use = [("to_device", "prefetch", 100, 2), ("use", 2)]
-    assert recording_streams.ordering_violations(early_use) == [
-        "1: a reloaded tensor used before the compute stream waited on its copy"
-    ]
+    assert "1: a reloaded tensor used before the compute stream waited on its copy" in (
+        recording_streams.ordering_violations(early_use)
+    )
+    read_early = [("record", "compute", 0), ("wait", "copy", 0), ("to_host", "copy", 1, 100)]
+    read_early += [("record", "copy", 1), ("to_device", "prefetch", 100, 2)]
+    assert any("ordering 4" in p for p in recording_streams.ordering_violations(read_early))
+    waited = read_early[:-1] + [("wait", "prefetch", 1), ("to_device", "prefetch", 100, 2)]
+    assert recording_streams.ordering_violations(waited) == []

@@ -1,3 +1,6 @@
+import warnings
+
+import pytest
 import torch
 
 from ckptlib import HostPool
@@ -24,7 +27,7 @@ def test_bucket_cap_evicts_the_least_recently_used_idle_bucket():
     pool.release(pool.acquire(30, torch.float32))
     assert pool.stats.evictions == 1
     assert pool.num_buckets == 2
-    assert pool.acquire(10, torch.float32).key == (10, torch.float32)
+    assert pool.acquire(10, torch.float32).key == (10, torch.float32, torch.strided)
     assert pool.stats.held_bytes == (10 + 30) * 4
 
 
@@ -41,7 +44,9 @@ def test_busy_buckets_are_never_evicted_and_overflow_goes_pageable():
 
 def test_zero_buckets_means_pageable_memory_only():
     pool = HostPool(max_buckets=0, pin=True)
-    buffers = [pool.acquire(10, torch.float32) for _ in range(3)]
+    with pytest.warns(UserWarning, match="pageable host buffers") as warned:
+        buffers = [pool.acquire(10, torch.float32) for _ in range(3)]
+    assert len(warned) == 1  # once per pool, not per copy
     assert all(b.key is None and not b.tensor.is_pinned() for b in buffers)
     assert pool.stats.pageable_fallbacks == 3 and pool.num_buckets == 0 and pool.stats.pin_failures == 0
 
@@ -56,9 +61,38 @@ def test_pinning_failure_falls_back_to_pageable(monkeypatch):
 
     monkeypatch.setattr(torch, "empty", refuse_pinning)
     pool = HostPool(max_buckets=4, pin=True)
-    buffer = pool.acquire(10, torch.float32)
+    with pytest.warns(UserWarning, match="pinning failed .*host pinned memory cap"):
+        buffer = pool.acquire(10, torch.float32)
     assert buffer.tensor.shape == (10,) and not buffer.tensor.is_pinned()
     assert pool.stats.pin_failures == 1 and pool.pin is False
     pool.acquire(10, torch.float32)
     assert pool.stats.pin_failures == 1  # no second attempt once pinning failed
     assert pool.stats.pinned_bytes == 0 and pool.stats.held_bytes == 80
+
+
+def test_a_cpu_models_pageable_buffers_do_not_warn():
+    pool = HostPool(max_buckets=0, pin=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pool.acquire(10, torch.float32)
+
+
+def test_keys_include_the_layout():
+    pool = HostPool(max_buckets=4, pin=False)
+    pool.release(pool.acquire(10, torch.float32))
+    assert pool.acquire(10, torch.float32, torch.strided).key == (10, torch.float32, torch.strided)
+    assert pool.stats.hits == 1
+
+
+def test_the_pool_never_grows_past_its_limit():
+    pool = HostPool(max_buckets=4, pin=False, limit_bytes=100 * 4)
+    first = pool.acquire(60, torch.float32)
+    assert pool.acquire(60, torch.float32) is None  # 480 bytes > 400
+    assert pool.stats.refused_over_limit == 1 and pool.stats.held_bytes == 240
+    pool.release(first)
+    assert pool.acquire(60, torch.float32) is first  # a free buffer is reused whatever the limit
+    one_off = HostPool(max_buckets=0, pin=False, limit_bytes=100)
+    held = one_off.acquire(20, torch.float32)
+    assert one_off.acquire(20, torch.float32) is None  # one-off buffers in use count too
+    one_off.release(held)
+    assert one_off.acquire(20, torch.float32) is not None

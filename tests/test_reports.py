@@ -460,3 +460,61 @@ def test_reports_read_as_a_person_would_and_remove_only_their_own_stale_files(en
     write_reports(engine, out, selectors=["H100 80GB", "L40S"], with_plots=False)
     assert not (out / "flux1.md").exists() and (out / "notes.md").read_text() == "mine"
     assert (out / "synthetic.md").exists()
+
+
+def test_a_table_with_reordered_columns_imports_the_same_cells(tmp_path):
+    """Columns are found by their heading, not their place: mode columns first, the row labels
+    last and swapped, the modes in another order."""
+    from sweep.published import parse_file
+
+    lines = PUBLISHED.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| GPU | Tokens |"))
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[header : header + 8]]
+    order = [6, 4, 2, 5, 3, 1, 0]  # Unsloth layer .. No checkpoint, then Tokens, then GPU
+    moved = ["| " + " | ".join(row[i] for i in order) + " |" for row in table]
+    source = tmp_path / "reordered.md"
+    source.write_text("\n".join([*lines[:header], *moved, ""]) + "\n")
+
+    def cells(path):
+        runs = [r for r in parse_file(path) if r["name"] == "packed-latents"]
+        return {(r["hardware"], key, res.sec_per_step, res.peak_bytes) for r in runs for _, key, res, _ in r["cells"]}
+
+    assert cells(source) == cells(PUBLISHED)
+    assert len(cells(source)) == 2 * 3 * 5
+
+
+def test_an_offload_that_moved_nothing_says_why(tmp_path):
+    """activation-offload recomputes every block, so apply skips every attention module and nothing
+    moves: the report's counters say so, and the table cell carries a footnote with the reason."""
+    import ckptlib
+    from ckptlib import synthetic
+    from sweep import store
+    from sweep.cell import Cell
+    from sweep.results import CellResult
+
+    engine = open_store(f"sqlite:///{tmp_path / 'offload.db'}")
+    run_id = store.get_or_create_run(engine, "offload", "CPU: x")
+    for i, mode in enumerate(("layer", "activation-offload", "seg2-stride4-offload")):
+        work = synthetic.build("tiny")
+        handle = ckptlib.apply(work.model, ckptlib.MODES[mode], work.spec)
+        work.step()
+        report = handle.report  # of the step, as the harness records it
+        preset = ckptlib.MODES[mode]
+        cell = Cell(
+            family="synthetic",
+            builder="ckptlib.synthetic.build",
+            preset="tiny",
+            mode=mode,
+            backend=preset.backend,
+            interval=preset.interval,
+            stride=preset.stride,
+            offload_attention=preset.offload_attention,
+        )
+        result = CellResult("ok", sec_per_step=1 + i / 10, peak_bytes=2**20, report=report.as_dict())
+        store.record_cell(engine, run_id, cell.as_dict(), cell.key, result, shape={"tokens": 64})
+    [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
+    text = matrix.markdown()
+    row = matrix.frame.iloc[0]
+    assert row["activation-offload"].endswith("[1]") and not row["seg2-stride4-offload"].endswith("]")
+    assert "[1] offloads nothing: all" in text and "the same work as Torch layer" in text
+    engine.dispose()

@@ -292,3 +292,40 @@ def test_a_damaged_database_is_refused_and_left_as_it_was(tmp_path):
     done = run_sweep(db, "sweep=none", "preset=tiny", "mode=none", "measure.warmup_steps=0", "measure.steps=1")
     assert done.returncode != 0 and f"database {db} is damaged (PRAGMA quick_check:" in done.stderr
     assert db.read_bytes() == before
+
+
+def test_a_cell_whose_samples_cannot_be_written_leaves_no_row(tmp_path):
+    """The cell row and its samples are one transaction: a sample insert that fails after the row
+    was staged leaves neither (a row without samples would be skipped by resume as done)."""
+    from sqlalchemy import event
+
+    from sweep.schema import Sample
+
+    engine = store.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    run_id = store.get_or_create_run(engine, "r", "CPU")
+
+    def refuse(*_):
+        raise RuntimeError("disk full while writing samples")
+
+    event.listen(Sample, "before_insert", refuse)
+    try:
+        with pytest.raises(RuntimeError, match="disk full"):
+            store.record_cell(engine, run_id, CELL, "k1", big_result())
+    finally:
+        event.remove(Sample, "before_insert", refuse)
+    assert store.completed_cells(engine, run_id) == {}
+    with engine.connect() as connection:
+        assert connection.execute(text("select count(*) from cells")).scalar() == 0
+    store.record_cell(engine, run_id, CELL, "k1", big_result())
+    with engine.connect() as connection:
+        assert connection.execute(text("select count(*) from samples")).scalar() == 2
+
+
+def test_two_runs_whose_cells_interleave_resume_independently(tmp_path):
+    """Each run's completed cells are its own: a cell done in one run is still to do in the other."""
+    engine = store.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    a, b = (store.get_or_create_run(engine, name, "CPU") for name in ("a", "b"))
+    for run_id, key in ((a, "k1"), (b, "k2"), (a, "k3"), (b, "k1")):
+        store.record_cell(engine, run_id, CELL, key, big_result())
+    assert set(store.completed_cells(engine, a)) == {"k1", "k3"}
+    assert set(store.completed_cells(engine, b)) == {"k2", "k1"}

@@ -9,10 +9,12 @@ Log entries, in order:
   ("to_device", stream, host, destination) storage ids of a host-to-device copy
   ("free", storage)             the last reference to a copied source storage died
   ("use", storage)              the offloader handed a reloaded tensor to autograd (see `watch_unpack`)
+  ("use_on", stream, storage)   a tensor marked as used on a stream (record_stream)
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import weakref
@@ -33,6 +35,12 @@ class RecordingStreams:
 
     def copy_stream(self):
         return "copy"
+
+    def prefetch_stream(self):
+        return "prefetch"
+
+    def use_on(self, tensor, stream) -> None:
+        self.log.append(("use_on", stream, storage_id(tensor)))
 
     def record(self, stream):
         event = next(self._events)
@@ -85,8 +93,9 @@ def watch_unpack(monkeypatch, log: list) -> None:
 
 def ordering_violations(log: list) -> list[str]:
     """Every place the log breaks NOTE [ Offload ordering ]; [] when it holds."""
-    problems, recorded_on, waited = [], {}, {"compute": set(), "copy": set()}
+    problems, recorded_on, waited = [], {}, collections.defaultdict(set)
     copies_to_host, last_reload_of = {}, {}  # source storage -> index of its copy; host -> index of its reload
+    last_copy_into = {}  # host -> index of the device-to-host copy that filled it
     reloaded = {}  # destination storage -> (stream, index) of the copy that filled it
     since_last_copy = set()  # compute events the copy stream waited on since its last copy
     for i, entry in enumerate(log):
@@ -109,9 +118,18 @@ def ordering_violations(log: list) -> list[str]:
                     problems.append(f"{i}: host buffer overwritten before its reload was known done (ordering 3)")
             since_last_copy = set()
             copies_to_host[source] = i
+            last_copy_into[host] = i
         elif kind == "to_device":
-            last_reload_of[entry[2]] = i
-            reloaded[entry[3]] = (entry[1], i)
+            _, stream, host, destination = entry
+            filled_at = last_copy_into.get(host, -1)
+            if not any(
+                recorded_on.get(e, ("", -1))[0] == "copy" and recorded_on[e][1] > filled_at for e in waited[stream]
+            ):
+                problems.append(
+                    f"{i}: a reload on the {stream} stream read its buffer before the copy into it was done (ordering 4)"
+                )
+            last_reload_of[host] = i
+            reloaded[destination] = (stream, i)
         elif kind == "use" and entry[1] in reloaded:
             stream, filled_at = reloaded.pop(entry[1])
             arrived = stream == "compute" or any(
@@ -131,3 +149,18 @@ def ordering_violations(log: list) -> list[str]:
                     f"{i}: device memory released before the compute stream waited on its copy (ordering 2)"
                 )
     return problems
+
+
+def max_in_flight(log: list) -> int:
+    """The most device-to-host copies at once that the compute stream had not yet waited on."""
+    copy_events, open_copies, most = set(), 0, 0
+    for entry in log:
+        if entry[0] == "to_host":
+            open_copies += 1
+            most = max(most, open_copies)
+        elif entry[0] == "record" and entry[1] == "copy":
+            copy_events.add(entry[2])
+        elif entry[0] == "wait" and entry[1] == "compute" and entry[2] in copy_events:
+            copy_events.discard(entry[2])
+            open_copies -= 1
+    return most
