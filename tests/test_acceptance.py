@@ -1,5 +1,7 @@
 """The GPU acceptance script runs on a CPU too (tiny scale), so it cannot rot between GPU sessions.
-Its checks run in three groups (the script's --only), so the two test workers share them."""
+Its checks run through the script in two groups (--only), so the two test workers share them; the
+families check runs in process over a few families (tests/test_families.py trains every family in
+bf16 already)."""
 
 import json
 import sqlite3
@@ -18,7 +20,6 @@ GROUPS = {
         "environment": "skipped",
     },
     "oom,quantization": {"oom": "ok", "quantization": "ok"},
-    "families": {"families": "ok"},
 }
 MEASURED_CELLS = {"acceptance-harness": 6, "acceptance-oom": 2, "acceptance-quantization": 8}
 
@@ -59,3 +60,19 @@ def test_the_acceptance_script_passes_on_a_cpu(tmp_path, only):
         assert "measured/predicted - 1" in summary
         log = (out / "logs" / "harness.log").read_text()
         assert "ckpt-sweep" in log or "sweep.cli" in log
+
+
+def test_the_families_check_trains_each_family_it_is_given_and_names_the_unsupported(monkeypatch, tmp_path):
+    import ckptlib.families as families
+    from sweep.acceptance import checks
+
+    chosen = {name: families.FAMILIES[name] for name in ("flux1", "sd3", "heartmula")}
+    monkeypatch.setattr(families, "all_families", lambda: chosen)
+    outcome = checks.families("cpu", tmp_path)
+    assert outcome.status == "ok", outcome.details
+    assert outcome.details == [
+        "4 family x mode steps in bf16 on cpu; no diffusers class (unsupported by design): heartmula"
+    ]
+    monkeypatch.setattr(families, "build", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("injected")))
+    outcome = checks.families("cpu", tmp_path)
+    assert outcome.status == "failed" and "flux1 none: RuntimeError: injected" in outcome.details
