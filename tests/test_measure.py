@@ -157,3 +157,21 @@ def test_a_real_host_allocation_failure_is_a_host_oom():
     ).as_dict()
     result = measure_cell(cell, MeasureSettings("cpu", warmup_steps=0, steps=1))
     assert result.status == Status.HOST_OOM and "can't allocate memory" in result.reason
+
+
+@pytest.mark.parametrize(
+    "between, reason", [("under the weights", "its weights alone need"), ("over the weights", "predicted to need")]
+)
+def test_a_cpu_cell_over_the_host_budget_is_skipped_by_its_weights_or_its_prediction(between, reason):
+    """Weights alone over the host's free memory: skipped with no prediction. Weights under it but
+    the predicted step over it: skipped by the prediction. Nothing is built or run either way."""
+    from ckptlib import synthetic
+    from sweep.scenarios.measure import host_bounds
+
+    cell = Cell(family="synthetic", builder="ckptlib.synthetic.build", preset="cpu-256", mode="none", backend="none")
+    weights, _ = host_bounds(cell, synthetic.build)
+    budget = weights // 2 if between == "under the weights" else weights + weights // 10
+    result = measure_cell(cell.as_dict(), MeasureSettings("cpu", warmup_steps=0, steps=1, host_budget_bytes=budget))
+    assert result.status == Status.PREDICTED_OOM and reason in result.reason, result.reason
+    assert "run.allow_large_cpu=true measures it anyway" in result.reason
+    assert "build_s" not in result.timings and (result.breakdown is None) == (between == "under the weights")

@@ -63,18 +63,26 @@ def timed_steps(
 ROUGH_SHARE = 0.25  # a CPU cell whose rough bound is under this share of the host budget is not predicted
 
 
-def rough_host_bytes(cell, build) -> int:
-    """A cheap, generous bound on a CPU cell's memory from a build on the meta device: weights with
-    their gradients and AdamW moments, and for each block some 32 copies of the inputs' size. Built
-    unquantized: larger, so still a bound, and a quantization package imported on meta would miss
-    the settings it needs on a CPU (ckptlib.quantize: cpu_environment)."""
+def host_bounds(cell, build) -> tuple[int, int]:
+    """Cheap bounds on a CPU cell's memory from a build on the meta device: (its weights, which it
+    needs at the least; a generous bound: weights with their gradients and AdamW moments, and for
+    each block some 32 copies of the inputs' size). Built unquantized: larger, so still an upper
+    bound, and a quantization package imported on meta would miss the settings it needs on a CPU
+    (ckptlib.quantize: cpu_environment)."""
     from torch.utils._pytree import tree_leaves
 
     work = build(device="meta", **{**build_kwargs(cell), "quantization": "none"})
     weights = sum(p.numel() * p.element_size() for p in work.model.parameters())
     inputs = sum(t.numel() * t.element_size() for t in tree_leaves((work.args, work.kwargs)) if hasattr(t, "numel"))
     blocks = sum(len(work.model.get_submodule(path)) for path in work.spec.block_lists)
-    return 4 * weights + 32 * inputs * max(1, blocks)
+    return weights, 4 * weights + 32 * inputs * max(1, blocks)
+
+
+def _over_host(need: str, budget_bytes: int) -> str:
+    return (
+        f"{need} GiB of host memory, more than the {budget_bytes / GIB:.2f} GiB this host has free "
+        "(run.allow_large_cpu=true measures it anyway)"
+    )
 
 
 def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timings: dict) -> CellResult | None:
@@ -84,9 +92,15 @@ def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timing
     from ckptlib import UnsupportedModeError
 
     tic = time.perf_counter()
-    if settings.skip_over_bytes is None and rough_host_bytes(cell, build) < ROUGH_SHARE * settings.host_budget_bytes:
+    if settings.skip_over_bytes is None:
+        budget = settings.host_budget_bytes
+        weights, rough = host_bounds(cell, build)
         timings["predict_s"] = time.perf_counter() - tic
-        return None
+        if cell.quantization == "none" and weights > budget:  # no prediction needed (a 12B one takes 15 s)
+            reason = _over_host(f"its weights alone need {weights / GIB:.2f}", budget)
+            return CellResult(Status.PREDICTED_OOM, reason, timings=timings)
+        if rough < ROUGH_SHARE * budget:
+            return None
     try:
         prediction = predict(cell, config, build, "cuda" if settings.device.startswith("cuda") else "cpu")
     except UnsupportedModeError:
@@ -97,11 +111,7 @@ def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timing
     if settings.skip_over_bytes is not None and not prediction.fits(settings.skip_over_bytes):
         reason = over_card(prediction, settings.skip_over_bytes)
     elif settings.host_budget_bytes is not None and prediction.peak_bytes > settings.host_budget_bytes:
-        reason = (
-            f"predicted to need {prediction.peak_bytes / GIB:.2f} GiB of host memory, more than the "
-            f"{settings.host_budget_bytes / GIB:.2f} GiB this host has free (run.allow_large_cpu=true measures "
-            "it anyway)"
-        )
+        reason = _over_host(f"predicted to need {prediction.peak_bytes / GIB:.2f}", settings.host_budget_bytes)
     if reason is None:
         return None
     return CellResult(Status.PREDICTED_OOM, reason, breakdown=prediction.breakdown, timings=timings)
