@@ -11,7 +11,7 @@ from .config import BACKENDS, Backend, CheckpointConfig
 from .memory import LiveTensorTracker
 from .modes import MODES
 from .plan import Plan, plan
-from .pool import HostPool, PoolStats
+from .pool import HostPool, PoolStats, available_host_bytes
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 from .workload import TRAINING_MODES, Workload
 
@@ -25,6 +25,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointHandle",
     "HostPool",
+    "available_host_bytes",
     "LiveTensorTracker",
     "Plan",
     "PoolStats",

@@ -223,7 +223,8 @@ def apply(
     if config.uses_offload:
         # Pinned host memory only speeds copies from a GPU: pinning follows the model's device, not the host.
         on_gpu = any(p.device.type == "cuda" for p in model.parameters())
-        limit = int(config.host_memory_share * (available_host_bytes() if host_bytes is None else host_bytes))
+        host = available_host_bytes() if host_bytes is None else host_bytes
+        limit = None if host is None else int(config.host_memory_share * host)  # unknown host: no limit
         pool = HostPool(config.pin_memory_max_buckets, pin=on_gpu, limit_bytes=limit)
         offloader = Offloader(
             pool,

@@ -223,7 +223,8 @@ class Offloader:
             streams.wait(streams.compute(), parked.arrived)
             streams.use_on(parked.reloaded, streams.compute())
             parked.arrived = None
-        if self.prefetch and parked.region not in self._prefetched_from:
+        # A CPU copies synchronously: nothing to overlap, so no search for the region to prefetch.
+        if self.prefetch and parked.region not in self._prefetched_from and self.streams(parked.device).asynchronous:
             self._prefetched_from.add(parked.region)
             self._prefetch_region_before(parked.region)
         parked.users -= 1
@@ -277,8 +278,6 @@ class Offloader:
             return
         for parked in self._waiting(earlier):
             streams = self.streams(parked.device)
-            if not streams.asynchronous:  # a CPU copies synchronously: nothing to overlap
-                return
             stream = streams.prefetch_stream()
             with streams.on(stream):
                 out = torch.empty_like(parked.template, device=parked.device)

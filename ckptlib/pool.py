@@ -20,8 +20,8 @@ import torch
 from .memory import untracked
 
 
-def available_host_bytes() -> int:
-    """Memory the host can still give (MemAvailable), else its physical memory."""
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (what can be allocated without swapping); None where unknown."""
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -29,7 +29,10 @@ def available_host_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
 
 
 @dataclass

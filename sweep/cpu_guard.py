@@ -4,29 +4,15 @@ sized for GPUs is about to run on a CPU."""
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
+
+from ckptlib import available_host_bytes
 
 HOST_SHARE = 0.9  # of MemAvailable: a cell must leave the rest to the OS and the harness
 
 
-def host_available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (what can be allocated without swapping); None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return None
-
-
 def host_budget_bytes() -> int | None:
-    available = host_available_bytes()
+    available = available_host_bytes()
     return None if available is None else int(available * HOST_SHARE)
 
 
