@@ -21,16 +21,8 @@ import torch
 
 import ckptlib
 from ckptlib import synthetic
-
-
-def step_seconds(work, device: str) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-    tic = time.perf_counter()
-    work.step()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - tic
+from sweep.scenarios import timed_steps
+from sweep.scenarios.devices import device_for
 
 
 def copy_seconds(count: int, nbytes: int, device: str) -> float:
@@ -60,10 +52,11 @@ def main() -> None:
         handles[mode] = ckptlib.apply(work.model, ckptlib.MODES[mode], work.spec)
         work.step()  # warm: optimizer state, pool buffers
         works[mode] = work
-    samples = {mode: [] for mode in works}
+    device, samples = device_for(args.device), {mode: [] for mode in works}
     for _ in range(args.rounds):
         for mode, work in works.items():
-            samples[mode] += [step_seconds(work, args.device) for _ in range(args.steps)]
+            timed, _, _ = timed_steps(work.step, device, warmup_steps=0, steps=args.steps)
+            samples[mode] += [seconds for seconds, _ in timed]
     offload = handles["unsloth"].report.offload
     count, moved = offload["tensors_offloaded"], offload["bytes_offloaded"]
     copies = statistics.median(copy_seconds(count, moved // max(count, 1), args.device) for _ in range(args.rounds))
