@@ -4,6 +4,7 @@ an isolated child and records the result. Validation and progress live in their 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,15 @@ def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
     return measure_cell, (cell.as_dict(), settings)
 
 
+def scheduler_time_limit(timeout_s: float) -> tuple[float, str | None]:
+    """The cell's timeout, cut to what a SLURM job has left (and why) when the cell runs in one."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return timeout_s, None
+    from .slurm import cell_time_limit
+
+    return cell_time_limit(timeout_s)
+
+
 def should_run(previous: str | None, rerun: str) -> bool:
     return previous is None or rerun == "all" or (rerun == "failed" and previous in RETRYABLE)
 
@@ -112,7 +122,15 @@ def execute(cfg: DictConfig) -> dict:
         result = CellResult(Status.INVALID, str(error))
     else:
         task, args = cell_task(cfg, cell, state.device)
-        result = run_isolated(task, args, cfg.measure.timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
+        timeout_s, limited_by = scheduler_time_limit(cfg.measure.timeout_s)
+        result = run_isolated(task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
+        if result.status == Status.TIMEOUT and limited_by:
+            result.reason = f"{limited_by}: {result.reason}"
+    return record(cell, state, result)
+
+
+def record(cell: Cell, state: RunState, result: CellResult) -> dict:
+    """Write one cell's result into its run; the summary the progress display shows."""
     shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
     store.record_cell(
         state.engine,
@@ -126,7 +144,10 @@ def execute(cfg: DictConfig) -> dict:
     )
     state.done[cell.key] = (result.status, result.steps, result.warmup_steps)
     return {
-        **summary,
+        "cell": cell.describe(),
+        "key": cell.key,
+        "mode": cell.mode,
+        "preset": cell.preset,
         "skipped": False,
         "status": str(result.status),
         "reason": result.reason,
@@ -134,6 +155,12 @@ def execute(cfg: DictConfig) -> dict:
         "peak_bytes": result.peak_bytes,
         "wall_s": result.timings.get("wall_s"),
     }
+
+
+def record_crash(cfg: DictConfig, reason: str) -> dict:
+    """A cell whose process died under it before it could record anything (a Ray worker killed),
+    recorded `crashed` by another process of the same kind."""
+    return record(cell_from_config(cfg), run_state(cfg), CellResult(Status.CRASHED, reason))
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base=None)

@@ -50,6 +50,18 @@ def gpu_info(device: str) -> dict:
         return {}
 
 
+# What SLURM tells a task about itself: its job, node and partition, and the GPUs it was given.
+SLURM_IDENTITY = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURMD_NODENAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_STEP_GPUS",
+    "SLURM_GPUS_ON_NODE",
+)
+
+
 def worker_identity(device: str) -> dict:
     """Which process, host and GPU ran a cell: cells of one run may land on many GPUs and nodes."""
     identity = {
@@ -59,7 +71,7 @@ def worker_identity(device: str) -> dict:
     }
     gpu = gpu_info(device)
     identity.update({f"gpu_{k}": gpu[k] for k in ("name", "uuid") if k in gpu})
-    for variable in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURMD_NODENAME"):
+    for variable in SLURM_IDENTITY:
         if variable in os.environ:
             identity[variable.lower()] = os.environ[variable]
     ray = sys.modules.get("ray")

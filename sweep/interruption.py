@@ -14,7 +14,9 @@ class Terminated(BaseException):
 
 
 @contextlib.contextmanager
-def handled():
+def handled(line: str | None = None):
+    """`line`: what to say instead of the sweep's progress (a process that runs one job of it)."""
+
     def terminate(signum, frame):
         raise Terminated
 
@@ -22,20 +24,20 @@ def handled():
     try:
         yield
     except KeyboardInterrupt:
-        stop(signal.SIGINT)
+        stop(signal.SIGINT, line)
     except Terminated:
-        stop(signal.SIGTERM)
+        stop(signal.SIGTERM, line)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def stop(signum: int) -> None:
+def stop(signum: int, line: str | None = None) -> None:
     from . import progress
     from .isolation import stop_fork_server
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    line = progress.interrupted()
+    line = line or progress.interrupted()
     stop_fork_server()
     print(f"ckpt-sweep: {line}", file=sys.stderr, flush=True)
     sys.exit(128 + signum)

@@ -9,10 +9,12 @@ on the result pipe and the child's sentinel (no polling) and never raises for an
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from multiprocessing.connection import wait
 
@@ -20,6 +22,7 @@ from .results import CellResult
 from .status import Status
 
 # The guard comes first: everything after it is imported with CUDA guarded.
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exits
 PRELOAD = ["sweep.forkserver", "torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.isolation", "sweep.scenarios"]
 # What a builder's module needs preloaded besides itself: every diffusers class for the families
 # (5 s of imports a child would otherwise pay per cell).
@@ -108,11 +111,20 @@ def exit_reason(code: int | None) -> str:
     return f"child exited with code {code} before reporting"
 
 
+def die_with_the_fork_server() -> None:
+    """Linux: the cell is killed when its parent, the fork server, exits, which it does when the
+    process that started it dies (a Ray worker killed mid-cell): an orphaned cell would go on
+    holding its GPU."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def child_main(conn, task, args: tuple, visible_devices: str | None, reports_phases: bool = False) -> None:
     from . import cuda_guard
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_the_fork_server()
     cuda_guard.lift()
     # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
     if visible_devices is None:

@@ -34,6 +34,8 @@ VALIDATED_KEYS = (
     "dtype",
     "quantization",
     "launcher",
+    "slurm",
+    "ray_address",
     "measure",
 )
 
@@ -126,14 +128,28 @@ def builder_problems(job: DictConfig) -> list[str]:
     return problems
 
 
+def launcher_target(job: DictConfig) -> str:
+    return str(OmegaConf.select(job, "hydra.launcher._target_") or "")
+
+
+def runs_elsewhere(job: DictConfig) -> bool:
+    """Cells run on other machines (a SLURM cluster, a Ray cluster): this one's devices do not matter."""
+    return "SlurmLauncher" in launcher_target(job) or OmegaConf.select(job, "ray_address") is not None
+
+
 def launcher_problems(job: DictConfig) -> list[str]:
-    target = str(OmegaConf.select(job, "hydra.launcher._target_") or "")
-    if "SlurmLauncher" in target and str(job.db.url).startswith("sqlite"):
+    if "SlurmLauncher" not in launcher_target(job):
+        return []
+    if str(job.db.url).startswith("sqlite"):
         return [
             "launcher=slurm runs cells on many nodes, which cannot share a SQLite file safely: "
             "set db.url to a PostgreSQL URL (postgresql+psycopg://user:password@host/database)"
         ]
-    return []
+    try:
+        from .slurm import request_problems
+    except ImportError as error:
+        return [f"launcher=slurm needs the scale extra (pip install 'ckpt-sweep[scale]'): {error}"]
+    return request_problems(job.slurm)
 
 
 def prediction_problems(job: DictConfig) -> list[str]:
@@ -185,7 +201,7 @@ def job_problems(job: DictConfig) -> list[str]:
     if job.quantization.name not in QUANTIZATION_NAMES:
         problems.append(f"unknown quantization {job.quantization.name!r}; valid: {', '.join(QUANTIZATION_NAMES)}")
     problems += builder_problems(job) + measure_problems(job) + prediction_problems(job) + launcher_problems(job)
-    if not job.predict:
+    if not job.predict and not runs_elsewhere(job):
         problems += device_problems(str(job.device), bool(job.skip_predicted_oom), job.card_gib)
     return problems
 

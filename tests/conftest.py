@@ -20,7 +20,7 @@ def postgres_url():
 
 # The suite runs on two workers (pytest-xdist, pyproject's addopts). Tests of the PostgreSQL server
 # share one worker: one of them restarts the server, which must not cut another's connection.
-SERVER_FIXTURES = {"postgres_url", "pod_run"}
+SERVER_FIXTURES = {"postgres_url", "pod_run", "time_limited"}
 
 
 def pytest_collection_modifyitems(items):

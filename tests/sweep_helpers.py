@@ -42,14 +42,14 @@ def run_sweep(
     )
 
 
-def start_sweep(db: Path, *overrides: str) -> subprocess.Popen:
+def start_sweep(db: Path, *overrides: str, extra_env: dict | None = None) -> subprocess.Popen:
     """The sweep in a session of its own, so a test can see that nothing of it is left behind."""
     return subprocess.Popen(
         sweep_args(db, *overrides),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=sweep_env(),
+        env=sweep_env(extra_env),
         cwd=ROOT,
         start_new_session=True,
     )

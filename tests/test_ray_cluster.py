@@ -1,0 +1,139 @@
+"""launcher=ray-cluster against a real, standalone Ray head (scripts/ray.sh), started outside the
+sweep as a cluster is: cells run on its workers into PostgreSQL, a worker killed mid-cell leaves
+that cell `crashed` and the sweep goes on, and stopping the head leaves no Ray process behind. The
+tests skip, saying why, where the head cannot start."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.postgres_helpers import rows
+from tests.sweep_helpers import ROOT, SUPPORT, run_sweep, start_sweep
+
+SCRIPT = ROOT / "scripts" / "ray.sh"
+CELLS = ["sweep=none", "family=faulty", "mode=none", "measure.warmup_steps=0"]
+# The head's CPUs only (the test machine has no GPU); token authentication, as `ray start` sets up.
+CLUSTER = ["launcher=ray-cluster", "hydra.launcher.ray.remote.num_gpus=0"]
+DRIVER_ENV = {"RAY_AUTH_MODE": "token"}
+
+
+def session_processes(session: str) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command) of the live processes of a session."""
+    listing = subprocess.run(["ps", "-e", "-o", "sid=,pid=,ppid=,stat=,args="], capture_output=True, text=True).stdout
+    found = []
+    for line in listing.splitlines():
+        sid, pid, ppid, stat, args = (line.split(None, 4) + [""])[:5]
+        if sid == session and not stat.startswith("Z"):
+            found.append((int(pid), int(ppid), args))
+    return found
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A Ray head in a session of its own, whose workers can import the test families."""
+    folder = tmp_path_factory.mktemp("ray-head")
+    env = {
+        **os.environ,
+        "RAY": os.path.join(os.path.dirname(sys.executable), "ray"),
+        "CKPT_SWEEP_RAY_DIR": str(folder),
+        "CKPT_SWEEP_RAY_PORT": "6391",
+        "PYTHONPATH": str(SUPPORT),
+    }
+    started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=180)
+    if started.returncode != 0:
+        pytest.skip(f"the Ray head did not start: {started.stderr.strip()[-500:]}")
+    session = (folder / "session").read_text().strip()
+    yield started.stdout.strip(), session, env
+    subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120)
+
+
+def cells(url: str) -> dict[str, dict]:
+    found = {}
+    for preset, status, reason, worker in rows(url, "select preset, status, reason, worker from cells"):
+        found[preset] = dict(
+            status=status, reason=reason, worker=json.loads(worker) if isinstance(worker, str) else worker
+        )
+    return found
+
+
+def test_cells_run_on_the_clusters_workers_into_postgres(tmp_path, postgres_url, ray_head):
+    address, _, env = ray_head
+    done = run_sweep(
+        tmp_path / "unused.db",
+        *CELLS,
+        "preset=ok,slow",
+        "measure.steps=2",
+        *CLUSTER,
+        f"ray_address={address}",
+        f"db.url={postgres_url}",
+        extra_env=DRIVER_ENV,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = cells(postgres_url)
+    assert {name: c["status"] for name, c in recorded.items()} == {"ok": "ok", "slow": "ok"}
+    logs = {p.name for p in (Path(env["CKPT_SWEEP_RAY_DIR"]) / "session_latest" / "logs").iterdir()}
+    for cell in recorded.values():  # run by the standalone head's workers, not a Ray of the sweep's own
+        worker = cell["worker"]
+        assert any(n.startswith("python-core-worker-") and n.endswith(f"_{worker['pid']}.log") for n in logs), worker
+
+
+def test_a_gpu_request_the_cluster_cannot_meet_is_one_line(tmp_path, postgres_url, ray_head):
+    address, _, _ = ray_head
+    done = run_sweep(
+        tmp_path / "unused.db", *CELLS, "preset=ok", "launcher=ray-cluster", f"ray_address={address}",
+        f"db.url={postgres_url}", extra_env=DRIVER_ENV,
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "each cell asks for 1 GPU(s) (hydra.launcher.ray.remote.num_gpus), but the largest node" in done.stderr
+
+
+def test_a_worker_killed_mid_cell_leaves_it_crashed_and_the_sweep_goes_on(tmp_path, postgres_url, ray_head):
+    """One cell at a time (each asks for both CPUs): the first hangs; its Ray worker is killed while
+    it runs. Nothing of that worker is left (its fork server and cell die with it), the cell is
+    recorded `crashed`, the next cell runs."""
+    address, session, _ = ray_head
+    sweep = start_sweep(
+        tmp_path / "unused.db",
+        *CELLS,
+        "preset=hang,ok",
+        "measure.steps=1",
+        *CLUSTER,
+        "hydra.launcher.ray.remote.num_cpus=2",
+        f"ray_address={address}",
+        f"db.url={postgres_url}",
+        extra_env=DRIVER_ENV,
+    )
+    deadline = time.monotonic() + 300
+    while True:  # the worker running the hanging cell, once its cell process exists
+        processes = session_processes(session)
+        parents = {ppid for _, ppid, _ in processes}
+        busy = [pid for pid, _, args in processes if args.startswith("ray::_run_job") and pid in parents]
+        cell_processes = [pid for pid, ppid, _ in processes if ppid in {p for p, pp, _ in processes if pp in busy}]
+        if busy and cell_processes:
+            break
+        assert sweep.poll() is None and time.monotonic() < deadline, "the hanging cell never started"
+        time.sleep(0.5)
+    [worker] = busy
+    own = [pid for pid, ppid, _ in processes if ppid == worker] + cell_processes
+    os.kill(worker, 9)
+    _, stderr = sweep.communicate(timeout=600)
+    assert sweep.returncode == 0, stderr[-3000:]
+    recorded = cells(postgres_url)
+    assert recorded["hang"]["status"] == "crashed"
+    assert recorded["hang"]["reason"].startswith("the Ray worker running the cell died before it recorded anything")
+    assert recorded["ok"]["status"] == "ok"
+    alive = {pid for pid, _, _ in session_processes(session)}
+    assert not alive & set(own), "the killed worker's fork server or cell outlived it"
+
+
+def test_stopping_the_head_leaves_no_ray_process(ray_head):
+    _, session, env = ray_head
+    assert session_processes(session)
+    subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120, check=True)
+    assert session_processes(session) == []

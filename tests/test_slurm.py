@@ -1,0 +1,208 @@
+"""launcher=slurm against a real SLURM: the one-host cluster of scripts/slurm.sh (a `cpu` partition
+without GPUs, a `gpu` partition whose node declares two, accounting storage off). The tests skip,
+saying why, where it is not running (CKPT_SWEEP_SLURM_CONF unset)."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.postgres_helpers import create_database, drop_database, rows
+from tests.sweep_helpers import run_sweep, start_sweep
+
+FAST_CELLS = ["sweep=none", "family=faulty", "measure.warmup_steps=0", "measure.steps=1"]
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment that points SLURM's commands at the test cluster."""
+    conf = os.environ.get("CKPT_SWEEP_SLURM_CONF")
+    if not conf:
+        pytest.skip("no SLURM test cluster: scripts/slurm.sh start prints the file to export as CKPT_SWEEP_SLURM_CONF")
+    env = {"SLURM_CONF": conf}
+    try:
+        listing = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, env={**os.environ, **env})
+    except OSError as error:
+        pytest.skip(f"SLURM's client is not installed: {error}")
+    if listing.returncode != 0 or {"cpu", "gpu"} - set(listing.stdout.split()):
+        pytest.skip(f"the SLURM test cluster does not answer: {listing.stderr.strip() or listing.stdout.strip()}")
+    return env
+
+
+@pytest.fixture(scope="module")
+def time_limited(slurm_env, tmp_path_factory):
+    """A sweep whose cell hangs under a 1-minute time limit, started in the background by the first
+    test that asks for it, so its minute of waiting overlaps the other tests."""
+    name, url = create_database()
+    folder = tmp_path_factory.mktemp("time-limit")
+    sweep = start_sweep(
+        folder / "unused.db",
+        *FAST_CELLS,
+        "preset=ok,hang",
+        "mode=none",
+        f"db.url={url}",
+        "launcher=slurm",
+        "slurm.partition=cpu",
+        "slurm.gpus_per_task=null",
+        "slurm.time_min=1",
+        extra_env=slurm_env,
+    )
+    yield sweep, url
+    if sweep.poll() is None:
+        sweep.kill()
+        sweep.communicate()
+        slurm(slurm_env, "scancel", "--name=ckpt-sweep", "--partition=cpu")
+    drop_database(name)
+
+
+def slurm(env: dict, *command: str) -> str:
+    return subprocess.run(command, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
+
+
+def recorded(url: str) -> dict[str, dict]:
+    """Each recorded cell (by preset/mode): status, reason, worker identity, when it ran."""
+    cells = {}
+    for preset, mode, status, reason, worker, at, wall, attempt in rows(
+        url, "select preset, mode, status, reason, worker, recorded_at, wall_s, attempt from cells"
+    ):
+        worker = json.loads(worker) if isinstance(worker, str) else worker
+        cells[f"{preset}/{mode}"] = dict(status=status, reason=reason, worker=worker, at=at, wall=wall, attempt=attempt)
+    return cells
+
+
+def cells_recorded(url: str) -> int:
+    """How many cells a sweep has recorded so far (0 before it has created its tables)."""
+    from sqlalchemy.exc import ProgrammingError
+
+    try:
+        return rows(url, "select count(*) from cells")[0][0]
+    except ProgrammingError:
+        return 0
+
+
+def overlapping(cells: dict[str, dict]) -> bool:
+    """Some cell started (recorded_at less its wall time) before the one before it had ended."""
+    import datetime as dt
+
+    spans = sorted((c["at"] - dt.timedelta(seconds=c["wall"]), c["at"]) for c in cells.values())
+    return any(start < previous_end for (_, previous_end), (start, _) in zip(spans, spans[1:]))
+
+
+def test_a_job_array_on_the_gpu_partition_runs_each_cell_once_within_its_parallelism(
+    tmp_path, postgres_url, slurm_env, time_limited
+):
+    """The preset's defaults on the gpu partition: one GPU per task, seen by the cell; at most
+    `array_parallelism` tasks at once (the node could run two); accounting off costs one line.
+    (time_limited: started here, checked by its own test.)"""
+    done = run_sweep(
+        tmp_path / "unused.db",
+        *FAST_CELLS,
+        "preset=slow",
+        "measure.steps=4",
+        "mode=none,layer,unsloth",
+        f"db.url={postgres_url}",
+        "launcher=slurm",
+        "slurm.partition=gpu",
+        "slurm.array_parallelism=1",
+        extra_env=slurm_env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [script] = (tmp_path / "multirun" / ".submitit").glob("*/*_submission.sh")
+    assert "#SBATCH --array=0-2%1" in script.read_text() and "#SBATCH --gpus-per-task=1" in script.read_text()
+    cells = recorded(postgres_url)
+    assert sorted(cells) == ["slow/layer", "slow/none", "slow/unsloth"]
+    assert rows(postgres_url, "select count(*), count(distinct cell_key) from cells") == [(3, 3)]
+    for cell in cells.values():
+        worker = cell["worker"]
+        assert cell["status"] == "ok" and worker["slurm_job_partition"] == "gpu" and worker["slurmd_nodename"] == "gpu0"
+        assert worker["cuda_visible_devices"] == worker["slurm_step_gpus"] in ("0", "1")
+        assert worker["slurm_gpus_on_node"] == "1" and worker["slurm_array_task_id"] in ("0", "1", "2")
+    assert not overlapping(cells)
+    assert done.stderr.count("SLURM accounting is not available") == 1
+    assert "Bypassing" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_cancelled_array_resumes_without_rerunning_or_doubling_cells(tmp_path, postgres_url, slurm_env):
+    command = [
+        *FAST_CELLS,
+        "preset=slow",
+        "measure.steps=6",
+        "mode=none,layer,unsloth,torch-ffn",
+        f"db.url={postgres_url}",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+        "launcher=slurm",
+        "slurm.partition=gpu",
+        "slurm.array_parallelism=2",
+    ]
+    sweep = start_sweep(tmp_path / "unused.db", *command, extra_env=slurm_env)
+    deadline = time.monotonic() + 300
+    while not cells_recorded(postgres_url):
+        assert sweep.poll() is None and time.monotonic() < deadline, "no cell was recorded"
+        time.sleep(0.5)
+    [array] = {f.name.split("_")[0] for f in (tmp_path / "multirun" / ".submitit").iterdir() if f.name[0].isdigit()}
+    slurm(slurm_env, "scancel", array)
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, stderr[-3000:]
+    assert "array task(s) ended without recording a cell" in stderr and "run the same command again" in stderr
+    assert "Traceback" not in stderr
+    before = recorded(postgres_url)
+    assert 1 <= len(before) < 4
+
+    done = run_sweep(tmp_path / "unused.db", *command, extra_env=slurm_env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = recorded(postgres_url)
+    assert rows(postgres_url, "select count(*), count(distinct cell_key) from cells") == [(4, 4)]
+    assert {c["status"] for c in after.values()} == {"ok"}
+    for name, cell in before.items():  # recorded before the cancel: not measured again
+        assert after[name]["at"] == cell["at"] and after[name]["attempt"] == 1
+
+
+def test_a_cell_that_would_outlive_the_time_limit_is_recorded_as_a_timeout(time_limited):
+    """A hanging cell under a 1-minute limit is recorded `timeout`, naming SLURM, before SLURM kills
+    the task (which would record nothing); the other cell of the array finishes. On the cpu
+    partition, which is the preset one override away (slurm.gpus_per_task=null)."""
+    sweep, url = time_limited
+    _, stderr = sweep.communicate(timeout=600)
+    assert sweep.returncode == 0, stderr[-3000:]
+    cells = recorded(url)
+    assert cells["ok/none"]["status"] == "ok" and cells["ok/none"]["worker"]["slurmd_nodename"] == "cpu0"
+    assert cells["hang/none"]["status"] == "timeout"
+    assert cells["hang/none"]["reason"].startswith("SLURM time limit: job ")
+    assert "raise slurm.time_min" in cells["hang/none"]["reason"]
+
+
+def test_a_gpu_request_on_a_partition_without_gpus_is_one_line_before_anything_is_submitted(
+    tmp_path, postgres_url, slurm_env
+):
+    done = run_sweep(
+        tmp_path / "unused.db",
+        *FAST_CELLS,
+        "preset=ok",
+        f"db.url={postgres_url}",
+        "launcher=slurm",
+        "slurm.partition=cpu",
+        "slurm.mem_gb=100000",
+        extra_env=slurm_env,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "slurm.gpus_per_task=1, but partition cpu has no GPUs" in done.stderr
+    assert "slurm.mem_gb=100000, but the largest node of partition cpu has" in done.stderr
+    assert not (tmp_path / "multirun" / ".submitit").exists()
+
+    # Where sinfo cannot tell (here: it fails), sbatch's own refusal, in one line.
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "sinfo").write_text("#!/bin/sh\necho 'sinfo: error: stand-in' >&2\nexit 1\n")
+    (shim / "sinfo").chmod(0o755)
+    env = {**slurm_env, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    done = run_sweep(
+        tmp_path / "unused.db", *FAST_CELLS, "preset=ok", f"db.url={postgres_url}", "launcher=slurm",
+        "slurm.partition=cpu", extra_env=env,
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    [line] = [line for line in done.stderr.splitlines() if "sbatch refused the job array" in line]
+    assert line.startswith("ckpt-sweep: sbatch refused the job array: ") and "node configuration" in line
+    assert rows(postgres_url, "select count(*) from cells") == [(0,)]
