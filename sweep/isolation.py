@@ -111,10 +111,10 @@ def exit_reason(code: int | None) -> str:
     return f"child exited with code {code} before reporting"
 
 
-def die_with_the_fork_server() -> None:
-    """Linux: the cell is killed when its parent, the fork server, exits, which it does when the
-    process that started it dies (a Ray worker killed mid-cell): an orphaned cell would go on
-    holding its GPU."""
+def die_with_parent() -> None:
+    """Linux: the cell is killed when its parent, the fork server, exits, which the server does when
+    the process that started it dies (multiprocessing's alive pipe): when the sweep's process, a Ray
+    worker or a SLURM task is killed outright, its cell does not go on holding a GPU."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -124,7 +124,7 @@ def child_main(conn, task, args: tuple, visible_devices: str | None, reports_pha
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    die_with_the_fork_server()
+    die_with_parent()
     cuda_guard.lift()
     # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
     if visible_devices is None:

@@ -57,7 +57,7 @@ def start_sweep(db: Path, *overrides: str, extra_env: dict | None = None) -> sub
 
 def session_processes(session: int) -> list[str]:
     """Processes still alive in a session (`ps`), as 'pid command' lines."""
-    listing = subprocess.run(["ps", "-e", "-o", "sid=,pid=,stat=,args="], capture_output=True, text=True).stdout
+    listing = subprocess.run(["ps", "-e", "-ww", "-o", "sid=,pid=,stat=,args="], capture_output=True, text=True).stdout
     return [
         " ".join(line.split()[1:])
         for line in listing.splitlines()

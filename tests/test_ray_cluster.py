@@ -24,7 +24,9 @@ DRIVER_ENV = {"RAY_AUTH_MODE": "token"}
 
 def session_processes(session: str) -> list[tuple[int, int, str]]:
     """(pid, parent pid, command) of the live processes of a session."""
-    listing = subprocess.run(["ps", "-e", "-o", "sid=,pid=,ppid=,stat=,args="], capture_output=True, text=True).stdout
+    listing = subprocess.run(
+        ["ps", "-e", "-ww", "-o", "sid=,pid=,ppid=,stat=,args="], capture_output=True, text=True
+    ).stdout
     found = []
     for line in listing.splitlines():
         sid, pid, ppid, stat, args = (line.split(None, 4) + [""])[:5]

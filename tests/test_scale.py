@@ -1,10 +1,9 @@
 """Scale-out: the pod launcher (a real local Ray) runs cells in parallel, PostgreSQL holds the same
-rows as SQLite, the slurm preset submits a job array whose tasks run the same cell function, and
-schema creation is safe when many workers start at once."""
+rows as SQLite, and schema creation is safe when many workers start at once. Real SLURM and Ray
+clusters: tests/test_slurm.py, tests/test_ray_cluster.py."""
 
 import json
 import multiprocessing as mp
-import os
 import time
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from sweep.store import StoreError, filesystem_of, open_store
 from tests.postgres_helpers import create_database, drop_database, postgres_reason, rows
-from tests.sweep_helpers import SUPPORT, query, run_sweep
+from tests.sweep_helpers import query, run_sweep
 
 SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer", "+shape.tokens=16,24"]
 IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells order by cell_key"
@@ -102,58 +101,6 @@ def test_postgres_holds_the_same_rows_as_sqlite(pod_run):
     assert rows(urls["pod"], IDENTITY) == rows(urls["local"], IDENTITY)
 
 
-def test_slurm_preset_submits_an_array_whose_tasks_run_only_the_missing_cells(tmp_path, postgres_url):
-    """A fake sbatch/sacct (tests/support/fake_slurm) stands in for the cluster: the job array is
-    submitted with the preset's flags and its tasks run the cell function. One cell was
-    recorded before (a cancelled sweep): it is not run again."""
-    cells = [
-        "sweep=none",
-        "family=faulty",
-        "preset=ok",
-        "mode=none,layer,unsloth",
-        "measure.warmup_steps=0",
-        "measure.steps=1",
-        f"db.url={postgres_url}",
-    ]
-    done = run_sweep(tmp_path / "unused.db", *cells[:3], "mode=none", *cells[4:])
-    assert done.returncode == 0, done.stderr[-3000:]
-    before = dict(rows(postgres_url, "select mode, recorded_at from cells"))
-
-    env = {
-        "PATH": f"{SUPPORT / 'fake_slurm'}{os.pathsep}{os.environ['PATH']}",
-        "FAKE_SLURM_DIR": str(tmp_path / "slurm"),
-    }
-    done = run_sweep(
-        tmp_path / "unused.db",
-        *cells,
-        "launcher=slurm",
-        "slurm.partition=gpu",
-        "slurm.time_min=30",
-        "slurm.array_parallelism=2",
-        extra_env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    [script] = (tmp_path / "slurm").glob("*.sbatch")
-    flags = {
-        line.split("=", 1)[0]: line.split("=", 1)[1]
-        for line in script.read_text().splitlines()
-        if line.startswith("#SBATCH --") and "=" in line
-    }
-    assert flags["#SBATCH --partition"] == "gpu" and flags["#SBATCH --gpus-per-task"] == "1"
-    assert flags["#SBATCH --time"] == "30" and flags["#SBATCH --array"] == "0-2%2"
-    assert flags["#SBATCH --cpus-per-task"] == "8" and flags["#SBATCH --mem"] == "64GB"
-
-    after = {
-        mode: (recorded, json.loads(worker) if isinstance(worker, str) else worker)
-        for mode, recorded, worker in rows(postgres_url, "select mode, recorded_at, worker from cells")
-    }
-    assert set(after) == {"none", "layer", "unsloth"}
-    assert after["none"][0] == before["none"] and "slurm_array_task_id" not in after["none"][1]  # recorded before
-    for mode in ("layer", "unsloth"):  # run by array tasks
-        assert after[mode][1]["slurm_array_job_id"] and after[mode][1]["slurmd_nodename"] == "fakenode"
-
-
 def test_slurm_with_a_sqlite_file_is_refused(tmp_path):
     done = run_sweep(tmp_path / "r.db", "sweep=none", "preset=tiny", "launcher=slurm", "slurm.partition=gpu")
     assert done.returncode != 0
@@ -207,6 +154,8 @@ def test_launcher_presets_compose_into_launcher_configs():
     assert pod.ray.remote.num_gpus == gpus and pod.ray.init.num_cpus == (None if gpus else 3)
     cluster = launcher("launcher=ray-cluster", "ray_address=ray://head:10001")
     assert cluster.ray.init.address == "ray://head:10001" and cluster.ray.remote.num_gpus == 1
+    assert cluster._target_ == pod._target_ == "hydra_plugins.ckpt_sweep.RayLauncher"
+    assert cluster.ray.remote.max_retries == pod.ray.remote.max_retries == 0  # a crashed cell is not run again
     slurm = launcher("launcher=slurm", "slurm.partition=a100", "slurm.gpus_per_task=1", "slurm.array_parallelism=16")
-    assert "SlurmLauncher" in slurm._target_
+    assert slurm._target_ == "hydra_plugins.ckpt_sweep.SlurmLauncher"
     assert (slurm.partition, slurm.gpus_per_task, slurm.array_parallelism, slurm.tasks_per_node) == ("a100", 1, 16, 1)

@@ -206,3 +206,59 @@ def test_a_gpu_request_on_a_partition_without_gpus_is_one_line_before_anything_i
     [line] = [line for line in done.stderr.splitlines() if "sbatch refused the job array" in line]
     assert line.startswith("ckpt-sweep: sbatch refused the job array: ") and "node configuration" in line
     assert rows(postgres_url, "select count(*) from cells") == [(0,)]
+
+
+# -- without a cluster: what the launcher reads from SLURM's commands ------------------------------
+
+
+def test_time_left_is_read_in_every_form_squeue_prints():
+    from sweep.slurm import parse_time_left
+
+    assert parse_time_left("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4
+    assert parse_time_left("02:03:04") == 2 * 3600 + 3 * 60 + 4
+    assert parse_time_left("03:04\n") == 184
+    assert parse_time_left("UNLIMITED") is None and parse_time_left("") is None
+
+
+def test_a_cells_timeout_is_cut_to_the_jobs_time_left(monkeypatch):
+    from sweep import slurm
+
+    monkeypatch.setattr(slurm, "_deadline", lambda: (time.monotonic() + 100, "12_3"))
+    budget, why = slurm.cell_time_limit(900)
+    assert 75 <= budget <= 80 and why.startswith("SLURM time limit: job 12_3 had 100 s left")
+    assert slurm.cell_time_limit(30) == (30, None)  # its own timeout ends it first
+
+
+def test_requests_are_checked_against_the_partitions_largest_node(monkeypatch):
+    from types import SimpleNamespace
+
+    from sweep import slurm
+
+    nodes = {"a100": [{"name": "n1", "cpus": 64, "memory_mb": 512_000, "gpus": 8}], "cpu": []}
+    monkeypatch.setattr(slurm, "partition_nodes", lambda partition: nodes.get(partition, []))
+    monkeypatch.setattr(slurm, "partitions", lambda: ["a100", "cpu"])
+
+    def ask(**settings):
+        return slurm.request_problems(
+            SimpleNamespace(**{"gpus_per_task": 1, "cpus_per_task": None, "mem_gb": None, **settings})
+        )
+
+    assert ask(partition="a100", cpus_per_task=16, mem_gb=256) == []
+    [gpus] = ask(partition="a100", gpus_per_task=9)
+    assert gpus.startswith("slurm.gpus_per_task=9, but the largest node of partition a100 has 8 GPU(s)")
+    nodes["cpu"] = [{"name": "c1", "cpus": 8, "memory_mb": 32_000, "gpus": 0}]
+    assert ask(partition="cpu")[0].startswith("slurm.gpus_per_task=1, but partition cpu has no GPUs")
+    assert ask(partition="cpu", gpus_per_task=None) == []
+    assert ask(partition="gpux") == ["slurm.partition=gpux: no such partition on this cluster (sinfo lists: a100, cpu)"]
+    nodes["cpu"] = None
+    assert ask(partition="cpu") == []  # sinfo cannot tell: sbatch will say
+
+
+def test_sbatch_refusals_are_one_line():
+    from subprocess import CalledProcessError
+
+    from sweep.slurm import one_line
+
+    wrapped = CalledProcessError(1, ["sbatch"], output=b"", stderr=b"")
+    wrapped.output = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
+    assert one_line(wrapped) == "Batch job submission failed: Requested node configuration is not available"

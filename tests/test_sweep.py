@@ -143,6 +143,22 @@ def test_interrupted_sweep_stops_cleanly_and_resumes_without_duplicates(tmp_path
     assert query(db, "select count(*) from runs") == [(1,)]
 
 
+def test_a_killed_sweep_leaves_no_cell_running(tmp_path):
+    """kill -9: no handler runs, yet the fork server and its hanging cell die with it
+    (isolation.die_with_parent) instead of holding the device for an hour."""
+    process = start_sweep(tmp_path / "r.db", "sweep=none", "family=faulty", "preset=hang", *FAST)
+    deadline = time.time() + 120
+    while sum("forkserver" in p for p in session_processes(process.pid)) < 2:  # the server and its cell
+        assert process.poll() is None and time.time() < deadline, session_processes(process.pid)
+        time.sleep(0.2)
+    process.kill()
+    process.wait()  # not communicate(): a surviving cell would hold its pipes open
+    deadline = time.time() + 60
+    while session_processes(process.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert session_processes(process.pid) == []
+
+
 def test_two_sweeps_into_one_sqlite_file_lose_no_rows(tmp_path):
     db = tmp_path / "r.db"
     common = ["sweep=none", "family=faulty", "preset=ok", "mode=none,layer,unsloth,torch-ffn", *FAST]
