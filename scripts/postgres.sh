@@ -3,9 +3,14 @@
 #   scripts/postgres.sh start   installs it if needed, starts it, prints the SQLAlchemy URL
 #   scripts/postgres.sh restart   restarts the running server (the store's reconnect test)
 #   scripts/postgres.sh stop
-# The role may create databases: each test makes its own and drops it.
+#   scripts/postgres.sh remove   stops the server and deletes its cluster (a private one, see below)
+# The role may create databases: each test makes its own and drops it. CKPT_SWEEP_PG_CLUSTER and
+# CKPT_SWEEP_PG_PORT (default main, 5432) name another cluster: the restart test starts a private
+# one, so that restarting it cuts no other test's connection.
 set -euo pipefail
 ROLE=ckpt PASSWORD=ckpt DATABASE=ckpt_sweep
+CLUSTER=${CKPT_SWEEP_PG_CLUSTER:-main}
+PORT=${CKPT_SWEEP_PG_PORT:-5432}
 
 install() {
   export DEBIAN_FRONTEND=noninteractive
@@ -18,28 +23,31 @@ case "${1:-}" in
   start)
     command -v pg_ctlcluster >/dev/null || install
     v=$(version)
-    pg_lsclusters -h | grep -q "^$v main" || pg_createcluster "$v" main >/dev/null
+    pg_lsclusters -h | grep -q "^$v $CLUSTER " || pg_createcluster "$v" "$CLUSTER" -p "$PORT" >/dev/null
     # Only the URL goes to stdout (callers capture it); pg_ctlcluster's remarks ("Removed stale pid file.") go to stderr.
-    pg_lsclusters -h | grep -q "^$v main .* online" || pg_ctlcluster "$v" main start >&2
-    su postgres -c "psql -q -v ON_ERROR_STOP=1" >/dev/null <<SQL
+    pg_lsclusters -h | grep -q "^$v $CLUSTER .* online" || pg_ctlcluster "$v" "$CLUSTER" start >&2
+    su postgres -c "psql -q -p $PORT -v ON_ERROR_STOP=1" >/dev/null <<SQL
 DO \$\$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
     CREATE ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASSWORD';
   END IF;
 END \$\$;
 SQL
-    su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname = '$DATABASE'\"" | grep -q 1 \
-      || su postgres -c "createdb -O $ROLE $DATABASE"
-    echo "postgresql+psycopg://$ROLE:$PASSWORD@localhost:5432/$DATABASE"
+    su postgres -c "psql -p $PORT -tAc \"SELECT 1 FROM pg_database WHERE datname = '$DATABASE'\"" | grep -q 1 \
+      || su postgres -c "createdb -p $PORT -O $ROLE $DATABASE"
+    echo "postgresql+psycopg://$ROLE:$PASSWORD@localhost:$PORT/$DATABASE"
     ;;
   restart)
-    pg_ctlcluster "$(version)" main restart >&2
+    pg_ctlcluster "$(version)" "$CLUSTER" restart >&2
     ;;
   stop)
-    pg_ctlcluster "$(version)" main stop >&2
+    pg_ctlcluster "$(version)" "$CLUSTER" stop >&2
+    ;;
+  remove)
+    pg_dropcluster --stop "$(version)" "$CLUSTER" >&2
     ;;
   *)
-    echo "usage: $0 start|restart|stop" >&2
+    echo "usage: $0 start|restart|stop|remove" >&2
     exit 2
     ;;
 esac

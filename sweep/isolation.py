@@ -112,9 +112,9 @@ def exit_reason(code: int | None) -> str:
 
 
 def die_with_parent() -> None:
-    """Linux: the cell is killed when its parent, the fork server, exits, which the server does when
-    the process that started it dies (multiprocessing's alive pipe): when the sweep's process, a Ray
-    worker or a SLURM task is killed outright, its cell does not go on holding a GPU."""
+    """Linux: this process is killed when its parent exits. The fork server sets it (its parent is
+    the sweep's process, a Ray worker or a SLURM task) and so does each cell (its parent is the fork
+    server): when the process that runs cells is killed outright, no cell goes on holding a GPU."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 

@@ -5,8 +5,10 @@ tests skip, saying why, where the head cannot start."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,9 +38,9 @@ def session_processes(session: str) -> list[tuple[int, int, str]]:
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
+def ray_head():
     """A Ray head in a session of its own, whose workers can import the test families."""
-    folder = tmp_path_factory.mktemp("ray-head")
+    folder = Path(tempfile.mkdtemp(prefix="ckpt-ray-"))  # Ray's socket paths must stay under 108 bytes
     env = {
         **os.environ,
         "RAY": os.path.join(os.path.dirname(sys.executable), "ray"),
@@ -52,6 +54,7 @@ def ray_head(tmp_path_factory):
     session = (folder / "session").read_text().strip()
     yield started.stdout.strip(), session, env
     subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def cells(url: str) -> dict[str, dict]:

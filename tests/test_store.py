@@ -197,9 +197,23 @@ def test_a_write_that_loses_its_connection_is_made_again(tmp_path):
         store.reconnecting(engine, lambda: (_ for _ in ()).throw(OperationalError("x", {}, Exception("locked"))))
 
 
-def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, postgres_url):
+@pytest.fixture
+def private_postgres():
+    """A PostgreSQL cluster of this test's own (port 5433), so that restarting it cuts no other
+    test's connection; removed afterwards. Skips where scripts/postgres.sh cannot start one."""
     if os.environ.get("CKPT_SWEEP_POSTGRES_EXTERNAL"):
         pytest.skip("the PostgreSQL server is not this machine's to restart")
+    env = {**os.environ, "CKPT_SWEEP_PG_CLUSTER": "restart-test", "CKPT_SWEEP_PG_PORT": "5433"}
+    script = str(ROOT / "scripts" / "postgres.sh")
+    started = subprocess.run([script, "start"], capture_output=True, text=True, env=env)
+    if started.returncode != 0:
+        pytest.skip(f"no private PostgreSQL cluster could be started: {started.stderr.strip()[-300:]}")
+    yield started.stdout.strip(), env
+    subprocess.run([script, "remove"], capture_output=True, env=env)
+
+
+def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, private_postgres):
+    postgres_url, env = private_postgres
     overrides = [
         "sweep=none",
         "family=faulty",
@@ -214,7 +228,9 @@ def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, postgres_ur
     while time.time() < deadline and _count(postgres_url) < 2:
         time.sleep(0.2)
     assert _count(postgres_url) >= 2, "the sweep recorded no cells"
-    restarted = subprocess.run([str(ROOT / "scripts" / "postgres.sh"), "restart"], capture_output=True, text=True)
+    restarted = subprocess.run(
+        [str(ROOT / "scripts" / "postgres.sh"), "restart"], capture_output=True, text=True, env=env
+    )
     assert restarted.returncode == 0, restarted.stderr
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr[-3000:]
