@@ -37,24 +37,39 @@ def session_processes(session: str) -> list[tuple[int, int, str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def ray_head():
-    """A Ray head in a session of its own, whose workers can import the test families."""
+def start_head(port: int) -> tuple[str, str, dict, Path]:
+    """A Ray head in a session of its own, whose workers can import the test families: its address,
+    session id, environment and folder (skips, saying why, where it cannot start)."""
     folder = Path(tempfile.mkdtemp(prefix="ckpt-ray-"))  # Ray's socket paths must stay under 108 bytes
     env = {
         **os.environ,
         "RAY": os.path.join(os.path.dirname(sys.executable), "ray"),
         "CKPT_SWEEP_RAY_DIR": str(folder),
-        "CKPT_SWEEP_RAY_PORT": "6391",
+        "CKPT_SWEEP_RAY_PORT": str(port),
         "PYTHONPATH": str(SUPPORT),
     }
     started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=180)
     if started.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
         pytest.skip(f"the Ray head did not start: {started.stderr.strip()[-500:]}")
-    session = (folder / "session").read_text().strip()
-    yield started.stdout.strip(), session, env
-    subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120)
+    return started.stdout.strip(), (folder / "session").read_text().strip(), env, folder
+
+
+def stop_head(env: dict, folder: Path) -> None:
+    subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120, check=True)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def worker_port(base: int) -> int:
+    """A port per xdist worker: each worker that runs these tests has a head of its own."""
+    return base + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    address, session, env, folder = start_head(worker_port(6391))
+    yield address, session, env
+    stop_head(env, folder)
 
 
 def cells(url: str) -> dict[str, dict]:
@@ -137,8 +152,8 @@ def test_a_worker_killed_mid_cell_leaves_it_crashed_and_the_sweep_goes_on(tmp_pa
     assert not alive & set(own), "the killed worker's fork server or cell outlived it"
 
 
-def test_stopping_the_head_leaves_no_ray_process(ray_head):
-    _, session, env = ray_head
+def test_stopping_the_head_leaves_no_ray_process():
+    _, session, env, folder = start_head(worker_port(6401))
     assert session_processes(session)
-    subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120, check=True)
+    stop_head(env, folder)
     assert session_processes(session) == []

@@ -1,6 +1,7 @@
 """launcher=slurm against a real SLURM: the one-host cluster of scripts/slurm.sh (a `cpu` partition
 without GPUs, a `gpu` partition whose node declares two, accounting storage off). The tests skip,
-saying why, where it is not running (CKPT_SWEEP_SLURM_CONF unset)."""
+saying why, where it is not running (CKPT_SWEEP_SLURM_CONF unset). They may run at once on several
+xdist workers, as sweeps of several users share a cluster: each looks only at its own arrays."""
 
 import json
 import os
@@ -15,7 +16,7 @@ from tests.sweep_helpers import run_sweep, start_sweep
 FAST_CELLS = ["sweep=none", "family=faulty", "measure.warmup_steps=0", "measure.steps=1"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm_env():
     """The environment that points SLURM's commands at the test cluster."""
     conf = os.environ.get("CKPT_SWEEP_SLURM_CONF")
@@ -31,7 +32,7 @@ def slurm_env():
     return env
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def time_limited(slurm_env, tmp_path_factory):
     """A sweep whose cell hangs under a 1-minute time limit, started in the background by the first
     test that asks for it, so its minute of waiting overlaps the other tests."""
@@ -53,8 +54,15 @@ def time_limited(slurm_env, tmp_path_factory):
     if sweep.poll() is None:
         sweep.kill()
         sweep.communicate()
-        slurm(slurm_env, "scancel", "--name=ckpt-sweep", "--partition=cpu")
+        for array in submitted_arrays(folder / "multirun"):
+            slurm(slurm_env, "scancel", array)
     drop_database(name)
+
+
+def submitted_arrays(sweep_dir) -> set[str]:
+    """The job arrays a sweep submitted, by its submitit folders (other tests' arrays may be running)."""
+    folder = sweep_dir / ".submitit"
+    return {f.name.split("_")[0] for f in folder.iterdir() if f.name[0].isdigit()} if folder.exists() else set()
 
 
 def slurm(env: dict, *command: str) -> str:
@@ -142,7 +150,7 @@ def test_a_cancelled_array_resumes_without_rerunning_or_doubling_cells(tmp_path,
     while not cells_recorded(postgres_url):
         assert sweep.poll() is None and time.monotonic() < deadline, "no cell was recorded"
         time.sleep(0.5)
-    [array] = {f.name.split("_")[0] for f in (tmp_path / "multirun" / ".submitit").iterdir() if f.name[0].isdigit()}
+    [array] = submitted_arrays(tmp_path / "multirun")
     slurm(slurm_env, "scancel", array)
     _, stderr = sweep.communicate(timeout=300)
     assert sweep.returncode == 0, stderr[-3000:]
