@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,8 @@ def start_sweep(db: Path, *overrides: str, extra_env: dict | None = None) -> sub
         env=sweep_env(extra_env),
         cwd=ROOT,
         start_new_session=True,
+        # as from a terminal: an xdist worker may ignore SIGINT, and a child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
