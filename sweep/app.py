@@ -112,7 +112,7 @@ def execute(cfg: DictConfig) -> dict:
     cell = cell_from_config(cfg)
     state = run_state(cfg)
     previous = state.done.get(cell.key)
-    summary = {"cell": cell.describe(), "key": cell.key, "mode": cell.mode, "preset": cell.preset}
+    summary = cell_summary(cell)
     if not should_run(previous and previous[0], cfg.run.rerun.name):
         note = None if cfg.predict else settings_note(previous, cfg)
         return {**summary, "status": previous[0], "skipped": True, "note": note}
@@ -127,6 +127,11 @@ def execute(cfg: DictConfig) -> dict:
         if result.status == Status.TIMEOUT and limited_by:
             result.reason = f"{limited_by}: {result.reason}"
     return record(cell, state, result)
+
+
+def cell_summary(cell: Cell) -> dict:
+    """How the progress display names a cell, run or skipped."""
+    return {"cell": cell.describe(), "key": cell.key, "mode": cell.mode, "preset": cell.preset}
 
 
 def record(cell: Cell, state: RunState, result: CellResult) -> dict:
@@ -144,10 +149,7 @@ def record(cell: Cell, state: RunState, result: CellResult) -> dict:
     )
     state.done[cell.key] = (result.status, result.steps, result.warmup_steps)
     return {
-        "cell": cell.describe(),
-        "key": cell.key,
-        "mode": cell.mode,
-        "preset": cell.preset,
+        **cell_summary(cell),
         "skipped": False,
         "status": str(result.status),
         "reason": result.reason,

@@ -277,11 +277,15 @@ def say(line: str) -> None:
 
 def queue_parameter(name: str) -> str:
     """submitit's name for a launcher setting (the shared ones as they are, the rest slurm_-prefixed)."""
+    return name if name in shared_queue_parameters() else f"slurm_{name}"
+
+
+@functools.cache
+def shared_queue_parameters() -> frozenset[str]:
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from omegaconf import OmegaConf
 
-    shared = set(OmegaConf.structured(BaseQueueConf).keys())
-    return name if name in shared else f"slurm_{name}"
+    return frozenset(OmegaConf.structured(BaseQueueConf).keys())
 
 
 def collect(jobs) -> list[str | None]:
