@@ -10,7 +10,7 @@ from .apply import CheckpointHandle, Report, apply, find_submodules
 from .config import BACKENDS, Backend, CheckpointConfig
 from .memory import LiveTensorTracker
 from .modes import MODES
-from .plan import Plan, plan
+from .plan import Plan, plan, plan_lists
 from .pool import HostPool, PoolStats, available_host_bytes
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 from .workload import TRAINING_MODES, Workload
@@ -36,4 +36,5 @@ __all__ = [
     "apply",
     "find_submodules",
     "plan",
+    "plan_lists",
 ]

@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from .config import CheckpointConfig
 from .memory import storage_id
 from .offload import Offloader
-from .plan import Plan, plan
+from .plan import Plan, plan_lists
 from .pool import HostPool, available_host_bytes
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 
@@ -218,7 +218,10 @@ def apply(
     pool may take `config.host_memory_share` of, by default what this host has available."""
     block_lists = {path: _block_list(model, path, spec) for path in spec.block_lists}
     _check_supported(config, spec, block_lists)
-    plans = {path: plan(len(blocks), config) for path, blocks in block_lists.items()}
+    try:
+        plans = plan_lists({path: len(blocks) for path, blocks in block_lists.items()}, config)
+    except ValueError as error:
+        raise UnsupportedModeError(f"{spec.name}: {error}") from None
     offloader = None
     if config.uses_offload:
         # Pinned host memory only speeds copies from a GPU: pinning follows the model's device, not the host.

@@ -47,6 +47,10 @@ class CheckpointConfig:
     backend: none | torch | torch-ffn | unsloth | unsloth-ffn.
     interval: blocks per checkpointed region (None or 1: every block on its own).
     stride: distance between region starts; blocks in between run plain. Must be >= interval.
+    blocks: which blocks the schedule may checkpoint, counted 0, 1, ... through the block lists in
+        the spec's order (Flux: its 19 double blocks, then its 38 single blocks): an int k for the first
+        k blocks (Megatron's "block" method), a tuple for an explicit set; None: every block. The
+        others run plain. Regions are the interval/stride pattern's, cut to the chosen blocks.
     offload_attention: move attention-side saved tensors to host memory.
     pin_memory_max_buckets: distinct (numel, dtype) pinned buffers the host pool may keep; 0 = pageable only.
     min_offload_bytes: saved tensors below this size stay on the device.
@@ -60,6 +64,7 @@ class CheckpointConfig:
     backend: str = "none"
     interval: int | None = None
     stride: int | None = None
+    blocks: int | tuple[int, ...] | None = None
     offload_attention: bool = False
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
     min_offload_bytes: int = DEFAULT_MIN_OFFLOAD_BYTES
@@ -81,6 +86,7 @@ class CheckpointConfig:
                     "segment stride must be at least the checkpointing interval "
                     f"(stride {self.stride} < interval {self.interval})"
                 )
+        self._check_blocks()
         if self.pin_memory_max_buckets < 0:
             raise ValueError(f"pin_memory_max_buckets must be 0 or more, got {self.pin_memory_max_buckets}")
         if self.min_offload_bytes < 0:
@@ -89,6 +95,35 @@ class CheckpointConfig:
             raise ValueError(f"offload_stash_depth must be 1 or more copies in flight, got {self.offload_stash_depth}")
         if not 0 < self.host_memory_share <= 1:
             raise ValueError(f"host_memory_share must be in (0, 1], got {self.host_memory_share}")
+
+    def _check_blocks(self) -> None:
+        if self.blocks is None:
+            return
+        if isinstance(self.blocks, bool) or not isinstance(self.blocks, (int, tuple, list)):
+            raise ValueError(f"blocks must be a block count or a tuple of block indices, got {self.blocks!r}")
+        if isinstance(self.blocks, int):
+            if self.blocks < 0:
+                raise ValueError(f"blocks (the first k blocks) must be 0 or more, got {self.blocks}")
+            return
+        indices = tuple(self.blocks)
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in indices):
+            raise ValueError(f"blocks must be block indices 0 or more, got {self.blocks!r}")
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"blocks lists a block twice: {self.blocks!r}")
+        object.__setattr__(self, "blocks", tuple(sorted(indices)))
+
+    def chosen(self, total_blocks: int) -> frozenset[int]:
+        """The blocks (indices through every list) the schedule may checkpoint, of a model with
+        `total_blocks`; an explicit index past the last block is an error, not ignored."""
+        if self.blocks is None:
+            return frozenset(range(total_blocks))
+        if isinstance(self.blocks, int):
+            return frozenset(range(min(self.blocks, total_blocks)))
+        beyond = [i for i in self.blocks if i >= total_blocks]
+        if beyond:
+            last = total_blocks - 1
+            raise ValueError(f"blocks {beyond} do not exist: the model has {total_blocks} blocks (0-{last})")
+        return frozenset(self.blocks)
 
     @property
     def checkpoints(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import CheckpointConfig
@@ -24,13 +25,48 @@ class Plan:
 
 
 def plan(num_blocks: int, config: CheckpointConfig) -> Plan:
-    """Regions start every `stride` blocks and span `interval` blocks (both default to 1)."""
-    if num_blocks < 0:
-        raise ValueError(f"num_blocks must be 0 or more, got {num_blocks}")
-    if not config.checkpoints:
-        return Plan(num_blocks, (), tuple(range(num_blocks)))
+    """Regions start every `stride` blocks and span `interval` blocks (both default to 1), cut to the
+    blocks `config.blocks` chooses."""
+    return plan_lists({"blocks": num_blocks}, config)["blocks"]
+
+
+def plan_lists(sizes: Mapping[str, int], config: CheckpointConfig) -> dict[str, Plan]:
+    """Each block list's plan; `config.blocks` counts blocks through the lists in this order."""
+    if any(size < 0 for size in sizes.values()):
+        raise ValueError(f"block counts must be 0 or more, got {dict(sizes)}")
+    chosen = config.chosen(sum(sizes.values())) if config.checkpoints else frozenset()
+    plans, first = {}, 0
+    for path, size in sizes.items():
+        plans[path] = _plan_list(size, config, {i - first for i in chosen if first <= i < first + size})
+        first += size
+    return plans
+
+
+def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> Plan:
     interval = config.interval or 1
     stride = config.stride or interval
-    regions = tuple(range(start, min(start + interval, num_blocks)) for start in range(0, num_blocks, stride))
+    regions = []
+    for start in range(0, num_blocks, stride):
+        regions += _runs([i for i in range(start, min(start + interval, num_blocks)) if i in chosen])
     covered = {i for r in regions for i in r}
-    return Plan(num_blocks, regions, tuple(i for i in range(num_blocks) if i not in covered))
+    return Plan(num_blocks, tuple(regions), tuple(i for i in range(num_blocks) if i not in covered))
+
+
+def describe_blocks(blocks: int | Sequence[int] | None) -> str:
+    """`config.blocks` in words: 'first 12 blocks', 'blocks 0, 5', 'every block'."""
+    if blocks is None:
+        return "every block"
+    if isinstance(blocks, int):
+        return f"first {blocks} blocks"
+    return f"blocks {', '.join(map(str, blocks))}"
+
+
+def _runs(indices: list[int]) -> list[range]:
+    """Consecutive indices as ranges: [0, 1, 3] -> [range(0, 2), range(3, 4)]."""
+    runs: list[range] = []
+    for i in indices:
+        if runs and runs[-1].stop == i:
+            runs[-1] = range(runs[-1].start, i + 1)
+        else:
+            runs.append(range(i, i + 1))
+    return runs

@@ -12,7 +12,7 @@ import torch
 from ckptlib import CheckpointConfig
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 
-LATER_FIELDS = {"dtype": "auto", "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH}
+LATER_FIELDS = {"dtype": "auto", "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH, "blocks": None}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -30,6 +30,7 @@ class Cell:
     backend: str
     interval: int | None = None
     stride: int | None = None
+    blocks: int | tuple[int, ...] | None = None  # which blocks the schedule may checkpoint (CheckpointConfig)
     offload_attention: bool = False
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
     offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH
@@ -59,6 +60,7 @@ class Cell:
             backend=self.backend,
             interval=self.interval,
             stride=self.stride,
+            blocks=self.blocks,
             offload_attention=self.offload_attention,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
             offload_stash_depth=self.offload_stash_depth,
@@ -82,6 +84,8 @@ def cell_from_config(cfg) -> Cell:
     from omegaconf import OmegaConf
 
     schedule = {k: v for k, v in OmegaConf.to_container(cfg.mode).items() if k != "name"}
+    if isinstance(schedule.get("blocks"), list):
+        schedule["blocks"] = tuple(schedule["blocks"])
     return Cell(
         family=cfg.family.name,
         builder=cfg.family._target_,

@@ -37,6 +37,7 @@ class ModeConfig:
     backend: str = "none"
     interval: Optional[int] = None
     stride: Optional[int] = None
+    blocks: Any = None  # the first k blocks (an int) or a list of block indices; None: every block
     offload_attention: bool = False
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 from ckptlib.modes import MODES
+from ckptlib.plan import describe_blocks
 from ckptlib.quantize import precision_label
 from ckptlib.units import GIB
 
@@ -28,6 +29,7 @@ CHECKPOINT_SETTINGS = {
     "backend": "{}",
     "interval": "interval {}",
     "stride": "stride {}",
+    "blocks": "{}",
     "offload_attention": "attention offload {}",
 }
 RUN_SETTINGS = {
@@ -71,6 +73,8 @@ def _settings(config) -> dict:
     """The settings of one recorded cell that a heading may need (published cells record few)."""
     config = config if isinstance(config, dict) else {}
     values = {k: config.get(k) for k in (*CHECKPOINT_SETTINGS, *RUN_SETTINGS)}
+    if values["blocks"] is not None:  # an int or (from JSON) a list: one text, to group and sort by
+        values["blocks"] = describe_blocks(values["blocks"])
     values.update({f"shape.{k}": v for k, v in (config.get("shape") or {}).items()})
     return values
 

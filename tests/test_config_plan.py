@@ -1,6 +1,6 @@
 import pytest
 
-from ckptlib import BACKENDS, CheckpointConfig, plan
+from ckptlib import BACKENDS, CheckpointConfig, plan, plan_lists
 
 
 def test_example_plan_from_the_docs():
@@ -62,3 +62,57 @@ def test_stride_without_interval_is_ignored_with_a_warning():
         config = CheckpointConfig("torch", stride=4)
     assert config.stride is None
     assert plan(4, config).regions == (range(0, 1), range(1, 2), range(2, 3), range(3, 4))
+
+
+@pytest.mark.parametrize(
+    "blocks, interval, stride, regions, plain",
+    [
+        (3, None, None, [[0], [1], [2]], [3, 4, 5, 6, 7]),  # the first 3 blocks
+        (3, 2, None, [[0, 1], [2]], [3, 4, 5, 6, 7]),  # the pattern's regions, cut at block 3
+        (0, 2, None, [], [0, 1, 2, 3, 4, 5, 6, 7]),
+        (20, 2, 4, [[0, 1], [4, 5]], [2, 3, 6, 7]),  # more than the model has: every block
+        ((1, 2, 5), 2, None, [[1], [2], [5]], [0, 3, 4, 6, 7]),  # an explicit set splits regions
+        ((6, 0, 1), 4, None, [[0, 1], [6]], [2, 3, 4, 5, 7]),
+    ],
+)
+def test_chosen_blocks_cut_the_pattern(blocks, interval, stride, regions, plain):
+    p = plan(8, CheckpointConfig("torch", interval=interval, stride=stride, blocks=blocks))
+    assert [list(r) for r in p.regions] == regions
+    assert list(p.plain) == plain
+
+
+def test_chosen_blocks_count_through_the_block_lists_in_order():
+    config = CheckpointConfig("torch", interval=2, blocks=5)
+    plans = plan_lists({"double": 3, "single": 4}, config)
+    assert [list(r) for r in plans["double"].regions] == [[0, 1], [2]]
+    assert [list(r) for r in plans["single"].regions] == [[0, 1]] and plans["single"].plain == (2, 3)
+    explicit = plan_lists({"double": 3, "single": 4}, CheckpointConfig("torch", blocks=(2, 3)))
+    assert explicit["double"].checkpointed_blocks == (2,) and explicit["single"].checkpointed_blocks == (0,)
+
+
+def test_a_block_index_past_the_last_block_is_named():
+    with pytest.raises(ValueError, match=r"blocks \[7, 9\] do not exist: the model has 7 blocks \(0-6\)"):
+        plan_lists({"double": 3, "single": 4}, CheckpointConfig("torch", blocks=(1, 7, 9)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"backend": "torch", "blocks": -1}, "must be 0 or more"),
+        ({"backend": "torch", "blocks": (1, 1)}, "lists a block twice"),
+        ({"backend": "torch", "blocks": (1, -2)}, "block indices 0 or more"),
+        ({"backend": "torch", "blocks": "3"}, "a block count or a tuple"),
+        ({"backend": "torch", "blocks": True}, "a block count or a tuple"),
+    ],
+)
+def test_bad_block_choices_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CheckpointConfig(**kwargs)
+
+
+def test_without_a_backend_chosen_blocks_stay_plain():
+    assert plan(4, CheckpointConfig("none", blocks=2)).plain == (0, 1, 2, 3)
+
+
+def test_a_block_list_given_as_a_list_becomes_a_sorted_tuple():
+    assert CheckpointConfig("torch", blocks=[5, 1]).blocks == (1, 5)

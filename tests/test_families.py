@@ -17,6 +17,8 @@ MODES = {
     "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4),
     "unsloth": CheckpointConfig("unsloth", min_offload_bytes=0),
     "unsloth-interval2": CheckpointConfig("unsloth", interval=2, min_offload_bytes=0),
+    # the first two blocks through the lists (Flux's tiny preset: its double block, then a single one)
+    "unsloth-first2": CheckpointConfig("unsloth", blocks=2, min_offload_bytes=0),
     "torch-ffn": CheckpointConfig("torch-ffn"),
     "unsloth-ffn": CheckpointConfig("unsloth-ffn", min_offload_bytes=0),
     "activation-offload": CheckpointConfig("none", offload_attention=True, min_offload_bytes=0),
@@ -76,6 +78,10 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
         if grad is not None:
             assert torch.equal(grads[key], grad), key  # fp32 on CPU: bitwise
     report, plans = handle.report, handle.plans
+    if config.blocks is not None:
+        assert sum(len(p.checkpointed_blocks) for p in plans.values()) == min(
+            config.blocks, sum(p.num_blocks for p in plans.values())
+        )
     whole_block = config.checkpoints and not config.ffn_only
     assert report.regions_run == (sum(len(p.regions) for p in plans.values()) if whole_block else 0)
     assert report.blocks_recomputed == (sum(len(p.checkpointed_blocks) for p in plans.values()) if whole_block else 0)
