@@ -72,6 +72,8 @@ class LiveTensorTracker(TorchDispatchMode):
         self.live_by_category: Counter = Counter()
         self.peak_by_category: dict[str, int] = {}
         self.phase: str | None = None  # forces the category of new storages (the optimizer step)
+        self.stage = "forward"  # where the step is (step_peak names them); each stage's peak is kept
+        self.peak_by_stage: dict[str, int] = {}
         self._entries: dict[int, tuple[int, str]] = {}  # storage id -> (bytes, category)
 
     def track(self, *tensors: torch.Tensor, category: str = "inputs") -> None:
@@ -113,6 +115,8 @@ class LiveTensorTracker(TorchDispatchMode):
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
             self.peak_by_category = dict(self.live_by_category)
+        if self.live_bytes > self.peak_by_stage.get(self.stage, 0):
+            self.peak_by_stage[self.stage] = self.live_bytes
         weakref.finalize(storage, self._release, key)
 
     def _release(self, key: int) -> None:
@@ -124,14 +128,26 @@ class LiveTensorTracker(TorchDispatchMode):
 
 def step_peak(work, device: str | torch.device = "cpu", round_to: int = 1) -> LiveTensorTracker:
     """Run one training step of `work` (a Workload) under a tracker that starts from everything
-    already alive (weights, gradients, optimizer state, inputs); the tracker holds the peak."""
+    already alive (weights, gradients, optimizer state, inputs); the tracker holds the peak.
+
+    The tracker also keeps the peak of each stage of the step: `forward`, `backward` (until a block
+    list's first gradient), `backward <block list>` (from its first gradient: backward runs the
+    lists last to first) and `optimizer`."""
     tracker = LiveTensorTracker(device, round_to=round_to)
     for category, tensors in _workload_tensors(work).items():
         tracker.track(*tensors, category=category)
+    block_list = {id(p): path for path in work.spec.block_lists for p in work.model.get_submodule(path).parameters()}
+
+    def accumulated(p: torch.Tensor) -> None:
+        tracker.recategorize(p.grad, "gradients")
+        if id(p) in block_list:
+            tracker.stage = f"backward {block_list[id(p)]}"
+
     params = [p for p in work.model.parameters() if p.requires_grad]
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: tracker.recategorize(p.grad, "gradients")) for p in params]
+    hooks = [p.register_post_accumulate_grad_hook(accumulated) for p in params]
+    hooks.append(work.model.register_forward_hook(lambda *_: setattr(tracker, "stage", "backward")))
     if work.optimizer is not None:
-        hooks.append(work.optimizer.register_step_pre_hook(lambda *_: setattr(tracker, "phase", "optimizer")))
+        hooks.append(work.optimizer.register_step_pre_hook(lambda *_: _enter_optimizer(tracker)))
         hooks.append(work.optimizer.register_step_post_hook(lambda *_: setattr(tracker, "phase", None)))
     try:
         with tracker:
@@ -140,6 +156,10 @@ def step_peak(work, device: str | torch.device = "cpu", round_to: int = 1) -> Li
         for hook in hooks:
             hook.remove()
     return tracker
+
+
+def _enter_optimizer(tracker: LiveTensorTracker) -> None:
+    tracker.phase = tracker.stage = "optimizer"
 
 
 def _workload_tensors(work) -> dict[str, list[torch.Tensor]]:

@@ -2,8 +2,8 @@
 
 The workload is built on the meta device (no memory), its tensors become fake CPU tensors
 (`FakeTensorMode`: shapes, dtypes and aliasing, no data), the checkpointing mode is applied, and
-one warm step (optimizer state, lazy targets) plus one tracked step run under the same live-tensor
-tracker the CPU measurement uses. A 20B-parameter family predicts in seconds on a laptop.
+the state a first step leaves (optimizer state, lazy targets: `Workload.settle`) is made, and one
+tracked step runs under the same live-tensor tracker the CPU measurement uses. A 20B-parameter family predicts in seconds on a laptop.
 
 A device model states what the fake CPU run cannot know about the target device: its dtype, the
 allocator's rounding, allocator-owned constants (cuBLAS workspace), memory outside the allocator
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from unittest import mock
 
@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .apply import apply
 from .config import CheckpointConfig
@@ -66,7 +68,7 @@ class DeviceModel:
                 "reloads prefetched one region ahead; the host pool is not limited"
             )
         lines.append(
-            "peak of a steady-state step (after one warm step); fragmentation and the allocator's "
+            "peak of a steady-state step (optimizer state and target made first); fragmentation and the allocator's "
             "reserved-but-free memory are not modelled"
         )
         return lines
@@ -103,6 +105,9 @@ class Prediction:
     device: str
     assumptions: list[str]
     seconds: float
+    stage_peaks: dict[str, int] = field(default_factory=dict)  # the peak of each stage (memory.step_peak)
+    flops: int = 0  # of the tracked step, recompute included (FlopCounterMode; fused attention by formula)
+    copied_bytes: int = 0  # offload traffic of the tracked step: device-to-host plus host-to-device
     context_bytes: int = 0
     report: dict = field(default_factory=dict)  # the checkpoint handle's report of the tracked step
 
@@ -122,11 +127,18 @@ def device_model(device: str | DeviceModel) -> DeviceModel:
 
 
 def predict(
-    build: Callable[..., Workload], config: CheckpointConfig, device: str | DeviceModel = "cuda", **build_kwargs
+    build: Callable[..., Workload],
+    config: CheckpointConfig,
+    device: str | DeviceModel = "cuda",
+    *,
+    keep_blocks: Mapping[str, int] | None = None,
+    **build_kwargs,
 ) -> Prediction:
     """Predicted peak of one training step of `build(**build_kwargs)` under `config` on `device`.
 
     `build` is a family's build function (preset, training, device, dtype, ... -> Workload).
+    `keep_blocks` (block list -> count) keeps only each named list's first blocks: the same model,
+    shallower (ckptlib/memory_model.py extrapolates from such predictions).
     """
     model = device_model(device)
     quantization = build_kwargs.get("quantization", "none")
@@ -140,6 +152,8 @@ def predict(
     started = time.perf_counter()
     dtype = build_kwargs.pop("dtype", None) or model.dtype
     work = build(device="meta", dtype=dtype, **build_kwargs)
+    if keep_blocks:
+        truncate_blocks(work.model, keep_blocks)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     work = _fake_workload(work, mode, model)
     # Patched, not a TorchFunctionMode: checkpoint's recompute runs outside torch function modes.
@@ -151,14 +165,19 @@ def predict(
     with mode, attention:
         streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
-        work.step()  # optimizer state and the lazily drawn target exist in every measured step
-        tracker = step_peak(work, "cpu", round_to=model.allocator_round_bytes)
+        work.settle()  # optimizer state and the lazily drawn target exist in every measured step
+        _FUSED_ATTENTION_FLOPS[0] = 0
+        with FlopCounter() as flops:
+            tracker = step_peak(work, "cpu", round_to=model.allocator_round_bytes)
     breakdown = {c: tracker.peak_by_category.get(c, 0) for c in CATEGORIES}
     if model.workspace_bytes:
         breakdown["workspace"] = model.workspace_bytes
     report = handle.report
     return Prediction(
         peak_bytes=tracker.peak_bytes + model.workspace_bytes,
+        stage_peaks={stage: peak + model.workspace_bytes for stage, peak in tracker.peak_by_stage.items()},
+        flops=flops.total + _FUSED_ATTENTION_FLOPS[0],
+        copied_bytes=report.offload.get("bytes_offloaded", 0) + report.offload.get("bytes_reloaded", 0),
         breakdown=breakdown,
         host_offload_bytes=report.pool.get("peak_held_bytes", 0),
         device=model.name,
@@ -167,6 +186,38 @@ def predict(
         context_bytes=model.context_bytes,
         report=report.as_dict(),
     )
+
+
+class FlopCounter(TorchDispatchMode):
+    """The FLOPs of the ops torch has formulas for (matmuls, convolutions, attention), recompute
+    included. Not FlopCounterMode: its module tracker's backward hooks form reference cycles that
+    keep autograd nodes, and the activations they save, alive until the garbage collector runs,
+    which moves the peak it is measuring."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            self.total += formula(*args, **kwargs, out_val=out)
+        return out
+
+
+def truncate_blocks(model: nn.Module, keep: Mapping[str, int]) -> None:
+    """Keep only the first `keep[path]` blocks of each named block list (the model's own loop
+    then runs fewer blocks)."""
+    for path, count in keep.items():
+        blocks = model.get_submodule(path)
+        if not 0 < count <= len(blocks):
+            raise ValueError(f"cannot keep {count} of the {len(blocks)} blocks of {path!r}")
+        parent, _, name = path.rpartition(".")
+        kept = [blocks[i] for i in range(count)]
+        shorter = nn.ModuleList(kept) if isinstance(blocks, nn.ModuleList) else nn.Sequential(*kept)
+        setattr(model.get_submodule(parent), name, shorter)
 
 
 def _fake_workload(work: Workload, mode: FakeTensorMode, model: DeviceModel) -> Workload:
@@ -207,6 +258,10 @@ def _fake_workload(work: Workload, mode: FakeTensorMode, model: DeviceModel) -> 
     return work
 
 
+# FLOPs of the fused attention stand-in, which runs no aten op a FlopCounterMode could count.
+_FUSED_ATTENTION_FLOPS = [0]
+
+
 def _fused_attention(query, key, value, attn_mask=None, *_, **__):
     """SDPA as a fused CUDA kernel runs it: the inputs, the output and an fp32 logsumexp per query
     row are saved, the backward allocates the input gradients. Values are not computed."""
@@ -216,6 +271,7 @@ def _fused_attention(query, key, value, attn_mask=None, *_, **__):
 class _FusedAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask):
+        _FUSED_ATTENTION_FLOPS[0] += sdpa_flop_count(q.shape, k.shape, v.shape)
         out = q.new_empty((*q.shape[:-1], v.shape[-1]))
         logsumexp = q.new_empty(q.shape[:-1], dtype=torch.float32)
         ctx.save_for_backward(q, k, v, out, logsumexp, *(() if mask is None else (mask,)))
@@ -224,4 +280,5 @@ class _FusedAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v = ctx.saved_tensors[:3]
+        _FUSED_ATTENTION_FLOPS[0] += sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), None

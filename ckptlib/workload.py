@@ -31,15 +31,32 @@ class Workload:
         for t in self.grad_inputs:
             t.grad = None
         out = prediction(self.model(*self.args, **self.kwargs))
-        if self.target is None:  # the prediction's shape is the family's business: draw it once
-            generator = seeded_generator(out.device, 1234)
-            self.target = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+        self._draw_target(out)
         loss = F.mse_loss(out.float(), self.target.float())
         loss.backward()
         if self.optimizer is not None:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def settle(self) -> None:
+        """What a first step leaves for every later one, without the step: the target (drawn from
+        a forward without autograd) and the optimizer's state (a step on zero gradients). Predictions
+        settle instead of stepping: same state, a third of the work."""
+        if self.target is None:
+            with torch.no_grad():
+                self._draw_target(prediction(self.model(*self.args, **self.kwargs)))
+        if self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = torch.zeros_like(p)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def _draw_target(self, out: torch.Tensor) -> None:
+        if self.target is None:  # the prediction's shape is the family's business: draw it once
+            generator = seeded_generator(out.device, 1234)
+            self.target = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
 
     @property
     def device(self) -> torch.device:

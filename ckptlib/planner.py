@@ -1,0 +1,206 @@
+"""The fastest checkpointing schedule that fits a memory budget, found by prediction.
+
+The schedule space: every backend x (interval, stride) x attention offload pattern, each either on
+every block or on the first k blocks only (k = 1 ... all, counted through the block lists). A
+pattern's estimates on whole block lists come from shallow predictions (ckptlib/extrapolate.py);
+a cut inside a list is interpolated between the estimates with that list plain and with it under
+the pattern (memory, FLOPs and copies all move block by block). A step's time is modelled from its
+FLOPs and its offload traffic (`Throughput`), either assumed for a device or fitted to measured steps.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .config import CheckpointConfig
+from .extrapolate import Estimate, ShallowPredictor
+from .spec import UnsupportedModeError
+
+# (interval, stride) of whole-block patterns; FFN-only backends take (1, None) and (1, 2).
+# (interval, stride) per backend. The first-k cut gives the fine steps; these are the patterns whose
+# memory/time trade differs in kind. unsloth keeps to single-block regions: its longer regions and
+# strides move less of what it offloads (the docs: "a fit lever, not a speed lever").
+BACKEND_PATTERNS = {
+    "torch": ((1, None), (2, None), (2, 4)),
+    "unsloth": ((1, None),),
+    "torch-ffn": ((1, None),),
+    "unsloth-ffn": ((1, None),),
+}
+
+
+def patterns() -> list[CheckpointConfig]:
+    """Every pattern the planner considers, no checkpointing first."""
+    found = [CheckpointConfig("none", offload_attention=a) for a in (False, True)]
+    for backend, schedules in BACKEND_PATTERNS.items():
+        for (interval, stride), attention in ((s, a) for s in schedules for a in (False, True)):
+            found.append(CheckpointConfig(backend, interval=interval, stride=stride, offload_attention=attention))
+    return found
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """How fast a target runs a step: seconds = fixed + FLOPs x per-FLOP + the copy time compute
+    does not hide (all of it on a CPU, which copies synchronously)."""
+
+    description: str
+    seconds_per_flop: float
+    seconds_per_copied_byte: float
+    fixed_seconds: float = 0.0
+    overlaps_copies: bool = True
+
+    def step_seconds(self, estimate: Estimate) -> float:
+        compute = self.fixed_seconds + estimate.flops * self.seconds_per_flop
+        copies = estimate.copied_bytes * self.seconds_per_copied_byte
+        return compute + (max(0.0, copies - compute) if self.overlaps_copies else copies)
+
+
+def fit_throughput(measured: Sequence[tuple[Estimate, float]], overlaps_copies: bool, description: str) -> Throughput:
+    """Least squares of measured sec/step on (1, FLOPs, copied bytes); coefficients kept positive
+    (a term the cells cannot resolve is dropped)."""
+    if len(measured) < 2:
+        raise ValueError(f"a fit needs 2 or more measured steps, got {len(measured)}")
+    columns = [[1.0] * len(measured), [float(e.flops) for e, _ in measured]]
+    if any(e.copied_bytes for e, _ in measured):
+        columns.append([float(e.copied_bytes) for e, _ in measured])
+    seconds = torch.tensor([s for _, s in measured], dtype=torch.float64)
+    design = torch.tensor(columns, dtype=torch.float64).T
+    for width in range(design.shape[1], 0, -1):
+        coefficients = torch.linalg.lstsq(design[:, :width], seconds.unsqueeze(1)).solution.squeeze(1).tolist()
+        if all(c >= 0 for c in coefficients[1:]):
+            break
+    fixed, per_flop, per_byte = (coefficients + [0.0, 0.0])[:3]
+    return Throughput(description, max(per_flop, 0.0), max(per_byte, 0.0), max(fixed, 0.0), overlaps_copies)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: CheckpointConfig
+    estimate: Estimate
+    seconds: float  # predicted sec/step
+    interpolated: bool  # a cut inside a block list (between two extrapolated estimates)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.estimate.peak_bytes
+
+
+@dataclass
+class Plan:
+    candidates: list[Candidate]
+    baseline: Candidate | None  # no checkpointing
+    unsupported: dict[str, str] = field(default_factory=dict)  # pattern -> why the model refuses it
+    predictions: int = 0
+
+    def fitting(self, budget_bytes: int) -> list[Candidate]:
+        """Candidates that fit, fastest first (then the smaller peak)."""
+        fit = [c for c in self.candidates if c.estimate.fits(budget_bytes)]
+        return sorted(fit, key=lambda c: (c.seconds, c.peak_bytes))
+
+    def smallest(self) -> Candidate:
+        return min(self.candidates, key=lambda c: (c.estimate.peak_bytes + c.estimate.context_bytes, c.seconds))
+
+    def frontier(self) -> list[Candidate]:
+        """The Pareto frontier: no other candidate is both smaller and faster; by peak."""
+        front: list[Candidate] = []
+        for candidate in sorted(self.candidates, key=lambda c: (c.peak_bytes, c.seconds)):
+            if not front or candidate.seconds < front[-1].seconds:
+                front.append(candidate)
+        return front
+
+
+def plan_schedules(
+    predictor: ShallowPredictor,
+    throughput: Throughput,
+    workers: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> Plan:
+    """Every schedule of the space for `predictor`'s workload, estimated and timed; patterns are
+    predicted by `workers` forked processes (each with its own cache)."""
+    sizes = list(predictor.sizes.values())
+    plan = Plan([], None)
+    found = dict(_anchors_of_every_pattern(predictor, workers, progress))
+    for pattern, anchors in found.items():
+        if isinstance(anchors, str):
+            plan.unsupported[describe(pattern)] = anchors
+        elif not pattern.checkpoints:
+            plan.candidates.append(_candidate(pattern, anchors[0], throughput, interpolated=False))
+    for pattern, anchors in found.items():
+        plain = found[CheckpointConfig("none", offload_attention=pattern.offload_attention)]
+        if pattern.checkpoints and not isinstance(anchors, str) and not isinstance(plain, str):
+            plan.candidates += list(_cuts(pattern, sizes, [plain[0], *anchors], throughput))
+    plan.baseline = next((c for c in plan.candidates if c.config == CheckpointConfig("none")), None)
+    plan.predictions = _PREDICTIONS[0]
+    return plan
+
+
+_PREDICTOR: list[ShallowPredictor] = []  # the workload forked workers predict (inherited, not pickled)
+_PREDICTIONS = [0]
+
+
+def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progress):
+    """(pattern, its estimates with the first 1 ... all lists under it, or why it is unsupported)."""
+    _PREDICTOR[:] = [predictor]
+    _PREDICTIONS[0] = 0
+    todo = patterns()
+    if workers <= 1:
+        results = map(_anchors, todo)
+    else:
+        pool = multiprocessing.get_context("fork").Pool(workers)
+        results = pool.imap_unordered(_anchors, todo)
+    try:
+        for pattern, anchors, predictions in results:
+            _PREDICTIONS[0] += predictions
+            if progress:
+                progress(describe(pattern))
+            yield pattern, anchors
+    finally:
+        if workers > 1:
+            pool.close()
+            pool.join()
+
+
+def _anchors(pattern: CheckpointConfig) -> tuple[CheckpointConfig, list[Estimate] | str, int]:
+    predictor = _PREDICTOR[0]
+    before = predictor.predictions
+    try:
+        lists = range(1, len(predictor.sizes) + 1) if pattern.checkpoints else [None]
+        anchors: list[Estimate] | str = [predictor.layered(pattern, count) for count in lists]
+    except UnsupportedModeError as error:
+        anchors = str(error)
+    return pattern, anchors, predictor.predictions - before
+
+
+def _cuts(pattern, sizes: list[int], anchors: list[Estimate], throughput: Throughput) -> Iterable[Candidate]:
+    """The pattern on the first k blocks, k = 1 ... all; anchors[i]: the first i lists under it."""
+    total, first = sum(sizes), 0
+    for index, size in enumerate(sizes):
+        for inside in range(1, size + 1):
+            k = first + inside
+            estimate = anchors[index].blend(anchors[index + 1], inside / size)
+            config = replace(pattern, blocks=None if k == total else k)
+            yield _candidate(config, estimate, throughput, interpolated=inside < size)
+        first += size
+
+
+def _candidate(config: CheckpointConfig, estimate: Estimate, throughput: Throughput, interpolated: bool) -> Candidate:
+    return Candidate(config, estimate, throughput.step_seconds(estimate), interpolated)
+
+
+def describe(config: CheckpointConfig) -> str:
+    """A schedule in one short phrase: 'torch interval 2 stride 4, first 12 blocks, attention offload'."""
+    parts = [config.backend]
+    if (config.interval or 1) > 1:
+        parts[0] += f" interval {config.interval}"
+    if config.stride:
+        parts[0] += f" stride {config.stride}"
+    if config.blocks is not None and config.checkpoints:
+        from .plan import describe_blocks
+
+        parts.append(describe_blocks(config.blocks))
+    if config.offload_attention:
+        parts.append("attention offload")
+    return ", ".join(parts)
