@@ -85,19 +85,17 @@ def period(config: CheckpointConfig) -> int:
     return (config.stride or config.interval or 1) if config.checkpoints else 1
 
 
-def plain(config: CheckpointConfig) -> CheckpointConfig:
-    """`config` without checkpointing: its plain blocks' role (attention offload stays)."""
-    return replace(config, backend="none", interval=None, stride=None, blocks=None)
+PLAIN_BASE = 2  # plain blocks of a shallow list (one block per list moves the peak's moment)
 
 
 def _warm_periods(config: CheckpointConfig) -> int:
     """Whole periods a shallow list needs before each further one adds the same (NOTE [ Affine in
-    depth ]): two blocks at least (a list of one block moves the peak's moment), and for offloaded
+    depth ]): two (a list of one region moves the peak's moment), and for offloaded
     regions enough to fill the stash of copies in flight past the first region (unsloth does not
     offload it: it is the model's own input)."""
     if config.offloads_regions:
         return config.offload_stash_depth + 1
-    return -(-2 // period(config))
+    return 2
 
 
 class ShallowPredictor:
@@ -128,32 +126,58 @@ class ShallowPredictor:
 
     def layered(self, config: CheckpointConfig, pattern_lists: int | None = None) -> Estimate:
         """The full-depth estimate of `config`'s pattern on the first `pattern_lists` block lists
-        (None: all of them) and plain blocks on the rest (NOTE [ Affine in depth ]). Each list's
-        period is added at the base depths of this very mix of roles: what a list adds to a stage
-        may depend on what the other lists run (the stash of copies in flight is shared)."""
-        paths = list(self.sizes)
-        count = len(paths) if pattern_lists is None else pattern_lists
-        roles = {path: config if i < count else plain(config) for i, path in enumerate(paths)}
-        base = {path: self._base_depth(path, roles[path]) for path in paths}
+        (None: all of them) and plain blocks on the rest (NOTE [ Affine in depth ])."""
+        count = len(self.sizes) if pattern_lists is None else pattern_lists
+        sizes = list(self.sizes.values())
+        base = [self._head_base(config, n) if i < count else (0, PLAIN_BASE) for i, n in enumerate(sizes)]
+        target = [(n, 0) if i < count else (0, n) for i, n in enumerate(sizes)]
+        return self._extrapolated(config, base, target)
+
+    def cut(self, config: CheckpointConfig, index: int) -> dict[int, Estimate]:
+        """Estimates of the pattern on the lists before `index` and on the first h blocks of list
+        `index` (the rest plain), for each h a whole number of periods from the warm depth on: the
+        head and the plain tail each grow by their own step (NOTE [ Affine in depth ])."""
+        sizes = list(self.sizes.values())
+        repeat = period(config)
+        warm = _warm_periods(config) * repeat
+        base = [self._head_base(config, n) for n in sizes[:index]]
+        base += [(warm, PLAIN_BASE)] + [(0, PLAIN_BASE)] * (len(sizes) - index - 1)
+        found = {}
+        for head in range(warm, sizes[index], repeat):
+            target = [(n, 0) for n in sizes[:index]]
+            target += [(head, sizes[index] - head)] + [(0, n) for n in sizes[index + 1 :]]
+            found[head] = self._extrapolated(config, base, target)
+        return found
+
+    def _head_base(self, config: CheckpointConfig, size: int) -> tuple[int, int]:
+        """A whole list under the pattern, shallow: its warm periods and the full list's remainder."""
+        repeat = period(config)
+        return (min(size, _warm_periods(config) * repeat + size % repeat), 0)
+
+    def _extrapolated(self, config: CheckpointConfig, base: list[tuple[int, int]], target: list[tuple[int, int]]):
+        """From the shallow layout `base` to `target` ((head, plain tail) per list): one prediction
+        at the base, and one per list and direction that grows (a period of head, a block of tail)."""
         before = self.predictions
-        estimate = self._at(config, count, base)
+        # a list the base would not be shallower than is predicted as it is, not extrapolated
+        base = [b if sum(b) < sum(t) else t for b, t in zip(base, target)]
+        estimate = self._at_layout(config, base)
         totals = dict(estimate.quantities())
-        for path in paths:
-            steps = (self.sizes[path] - base[path]) // period(roles[path])
-            if steps:
-                deeper = self._at(config, count, {**base, path: base[path] + period(roles[path])}).quantities()
-                for name, value in estimate.quantities().items():
-                    totals[name] += steps * (deeper[name] - value)
+        for i, ((head, tail), (to_head, to_tail)) in enumerate(zip(base, target)):
+            for grown, steps in (
+                ((head + period(config), tail), (to_head - head) // period(config)),
+                ((head, tail + 1), to_tail - tail),
+            ):
+                if steps:
+                    deeper = self._at_layout(config, [*base[:i], grown, *base[i + 1 :]]).quantities()
+                    for name, value in estimate.quantities().items():
+                        totals[name] += steps * (deeper[name] - value)
         return Estimate.from_quantities(totals, estimate.context_bytes, self.predictions - before)
 
-    def _base_depth(self, path: str, role: CheckpointConfig) -> int:
-        size, repeat = self.sizes[path], period(role)
-        return min(size, _warm_periods(role) * repeat + size % repeat)
-
-    def _at(self, config: CheckpointConfig, pattern_lists: int, depths: dict[str, int]) -> Estimate:
-        """The prediction with `config`'s pattern on the first `pattern_lists` lists at `depths`."""
-        first = sum(depths[p] for p in list(self.sizes)[:pattern_lists])
-        shallow = replace(config, blocks=first) if config.checkpoints else config
+    def _at_layout(self, config: CheckpointConfig, layout: list[tuple[int, int]]) -> Estimate:
+        """The prediction of a shallow model whose lists have `layout`'s (head, tail) blocks: the
+        pattern on every head, which is the first k blocks (a cut list is followed by plain ones)."""
+        depths = {path: head + tail for path, (head, tail) in zip(self.sizes, layout)}
+        shallow = replace(config, blocks=sum(head for head, _ in layout)) if config.checkpoints else config
         return Estimate.of(self.predict(shallow, depths))
 
     def full(self, config: CheckpointConfig) -> Estimate:

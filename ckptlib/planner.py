@@ -37,6 +37,7 @@ def patterns() -> list[CheckpointConfig]:
     found = [CheckpointConfig("none", offload_attention=a) for a in (False, True)]
     for backend, schedules in BACKEND_PATTERNS.items():
         for (interval, stride), attention in ((s, a) for s in schedules for a in (False, True)):
+            interval = interval if interval > 1 else None  # the spelling users write for single blocks
             found.append(CheckpointConfig(backend, interval=interval, stride=stride, offload_attention=attention))
     return found
 
@@ -103,6 +104,12 @@ class Plan:
     def smallest(self) -> Candidate:
         return min(self.candidates, key=lambda c: (c.estimate.peak_bytes + c.estimate.context_bytes, c.seconds))
 
+    def retimed(self, throughput: Throughput) -> Plan:
+        """The same estimates under another step-time model (a calibration)."""
+        timed = [replace(c, seconds=throughput.step_seconds(c.estimate)) for c in self.candidates]
+        baseline = next((c for c in timed if self.baseline and c.config == self.baseline.config), None)
+        return Plan(timed, baseline, dict(self.unsupported), self.predictions)
+
     def frontier(self) -> list[Candidate]:
         """The Pareto frontier: no other candidate is both smaller and faster; by peak."""
         front: list[Candidate] = []
@@ -131,7 +138,7 @@ def plan_schedules(
     for pattern, anchors in found.items():
         plain = found[CheckpointConfig("none", offload_attention=pattern.offload_attention)]
         if pattern.checkpoints and not isinstance(anchors, str) and not isinstance(plain, str):
-            plan.candidates += list(_cuts(pattern, sizes, [plain[0], *anchors], throughput))
+            plan.candidates += list(_cuts(pattern, sizes, plain[0], anchors, throughput))
     plan.baseline = next((c for c in plan.candidates if c.config == CheckpointConfig("none")), None)
     plan.predictions = _PREDICTIONS[0]
     return plan
@@ -163,26 +170,42 @@ def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progres
             pool.join()
 
 
-def _anchors(pattern: CheckpointConfig) -> tuple[CheckpointConfig, list[Estimate] | str, int]:
+def _anchors(pattern: CheckpointConfig) -> tuple[CheckpointConfig, list | str, int]:
+    """A pattern's estimates: with the first 1 ... all lists under it, and each list cut (the
+    pattern on its first h blocks) at the heads the predictor extrapolates."""
     predictor = _PREDICTOR[0]
     before = predictor.predictions
     try:
-        lists = range(1, len(predictor.sizes) + 1) if pattern.checkpoints else [None]
-        anchors: list[Estimate] | str = [predictor.layered(pattern, count) for count in lists]
+        if pattern.checkpoints:
+            lists = range(len(predictor.sizes))
+            anchors: list | str = [
+                [predictor.layered(pattern, count + 1) for count in lists],
+                [predictor.cut(pattern, index) for index in lists],
+            ]
+        else:
+            anchors = [predictor.layered(pattern)]
     except UnsupportedModeError as error:
         anchors = str(error)
     return pattern, anchors, predictor.predictions - before
 
 
-def _cuts(pattern, sizes: list[int], anchors: list[Estimate], throughput: Throughput) -> Iterable[Candidate]:
-    """The pattern on the first k blocks, k = 1 ... all; anchors[i]: the first i lists under it."""
+def _cuts(pattern, sizes: list[int], plain: Estimate, anchors: list, throughput: Throughput) -> Iterable[Candidate]:
+    """The pattern on the first k blocks, k = 1 ... all: extrapolated where the predictor gave a
+    head, interpolated between the nearest two elsewhere."""
+    wholes, cuts = anchors
+    ends = [plain, *wholes]  # ends[i]: the first i lists under the pattern
     total, first = sum(sizes), 0
     for index, size in enumerate(sizes):
-        for inside in range(1, size + 1):
-            k = first + inside
-            estimate = anchors[index].blend(anchors[index + 1], inside / size)
+        known = {0: ends[index], **cuts[index], size: ends[index + 1]}
+        heads = sorted(known)
+        for head in range(1, size + 1):
+            below = max(h for h in heads if h <= head)
+            above = min(h for h in heads if h >= head)
+            share = 0.0 if above == below else (head - below) / (above - below)
+            estimate = known[below].blend(known[above], share)
+            k = first + head
             config = replace(pattern, blocks=None if k == total else k)
-            yield _candidate(config, estimate, throughput, interpolated=inside < size)
+            yield _candidate(config, estimate, throughput, interpolated=head not in known)
         first += size
 
 

@@ -3,7 +3,8 @@
 The workload is built on the meta device (no memory), its tensors become fake CPU tensors
 (`FakeTensorMode`: shapes, dtypes and aliasing, no data), the checkpointing mode is applied, and
 the state a first step leaves (optimizer state, lazy targets: `Workload.settle`) is made, and one
-tracked step runs under the same live-tensor tracker the CPU measurement uses. A 20B-parameter family predicts in seconds on a laptop.
+tracked step runs under the same live-tensor tracker the CPU measurement uses. A 20B-parameter
+family predicts in seconds on a laptop.
 
 A device model states what the fake CPU run cannot know about the target device: its dtype, the
 allocator's rounding, allocator-owned constants (cuBLAS workspace), memory outside the allocator
@@ -22,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .apply import apply

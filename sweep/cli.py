@@ -17,6 +17,8 @@ verbs:
   diff A B                   two runs (id or hardware label) cell by cell
   advise --family F --vram 48GiB [--hardware H] [--tokens N | --preset P]
                              which mode to use on that card
+  plan --family F --vram 24GB [--preset P] [--verify]
+                             the fastest schedule that fits, predicted (and measured with --verify)
   new-family NAME            write NAME.py here: a complete builder for your own model, to edit
 
 `ckpt-sweep VERB --help` describes a verb's options.
@@ -166,6 +168,67 @@ def advise_verb(args: list[str]) -> None:
         sys.exit(f"ckpt-sweep: {error}")
 
 
+def plan_verb(args: list[str]) -> None:
+    parser = _parser("plan", "The fastest checkpointing schedule that fits a card, found by prediction.")
+    parser.add_argument("--family", required=True, help="a ckptlib family, synthetic, or your own with --builder")
+    parser.add_argument("--builder", help="import path of your own build function (module.function)")
+    parser.add_argument("--preset", help="default: the family's first real-size preset")
+    card = parser.add_mutually_exclusive_group(required=True)
+    card.add_argument("--vram", help="card memory: 24, 24GB, 24GiB (GiB) or 512MiB")
+    card.add_argument("--card", help="a card by name: RTX 4090, L40S, H100 80GB, H200, ...")
+    parser.add_argument("--margin", type=float, default=None, help="share of the card kept free (default 0.10)")
+    parser.add_argument("--training", default="lora", choices=["lora", "frozen", "full"])
+    parser.add_argument("--quantization", default="none", help="only none: predictions cannot quantize")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the device model (default cuda)")
+    parser.add_argument("--link", default="pcie5", help="host link: pcie4, pcie5 (default), nvlink-c2c")
+    parser.add_argument("--hardware", help="calibrate step times on this family's cells measured on this label")
+    parser.add_argument("--verify", action="store_true", help="measure the top 3 and the fitting docs modes")
+    parser.add_argument("--out", default="reports", help="folder for the frontier's PNG (default reports/)")
+    options = parser.parse_args(args)
+    from .advise import DEFAULT_MARGIN, card_bytes, check_margin, parse_size
+    from .builders import BuilderError, builder_default_preset, import_builder
+    from .plan import Request, make_plan, size_text, store
+    from .plan_verify import verify
+    from .plots import plan_plot
+
+    try:
+        if options.quantization != "none":
+            raise ValueError(
+                f"--quantization {options.quantization}: predictions cover unquantized base weights only "
+                "(quantizers need real weights)"
+            )
+        target = options.builder or _builder_path(options.family)
+        preset = options.preset or builder_default_preset(import_builder(target)) or "default"
+        vram = card_bytes(options.card) if options.card else parse_size(options.vram)
+        margin = check_margin(DEFAULT_MARGIN if options.margin is None else options.margin)
+        card = options.card or f"{size_text(vram)} card"
+        request = Request(
+            options.family, target, preset, int(vram * (1 - margin)), card, options.training,
+            options.device, options.link, options.hardware,
+        )  # fmt: skip
+        engine = _engine(options.db, create=True)
+        outcome = make_plan(request, engine, progress=lambda label: print(f"  planning: {label}", flush=True))
+    except (ValueError, BuilderError) as error:
+        sys.exit(f"ckpt-sweep: {error}")
+    print("\n".join(outcome.lines))
+    run_id = store(engine, outcome)
+    slug = "".join(c if c.isalnum() else "-" for c in f"plan-{request.family}-{preset}-{card}").strip("-").lower()
+    picture = plan_plot(outcome, Path(options.out) / "plots" / f"{slug}.png")
+    print(f"stored as run {run_id} (provenance planned); the frontier: {picture}")
+    if options.verify and outcome.recommended is not None:
+        print("\n".join(verify(outcome, options.db, f"verify {slug}")))
+
+
+def _builder_path(family: str) -> str:
+    from ckptlib.families import all_families
+
+    if family == "synthetic":
+        return "ckptlib.synthetic.build"
+    if family not in all_families():
+        raise ValueError(f"unknown family {family!r}; a ckptlib family, synthetic, or your own with --builder")
+    return f"ckptlib.families.builders.{family}"
+
+
 def new_family(args: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckpt-sweep new-family", description="Write a builder for your own model.")
     parser.add_argument("name", help="module name, e.g. my_model")
@@ -188,6 +251,7 @@ VERBS = {
     "import": import_tables,
     "diff": diff,
     "advise": advise_verb,
+    "plan": plan_verb,
     "new-family": new_family,
 }
 

@@ -211,3 +211,35 @@ def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Pat
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plan_plot(outcome, path: Path) -> Path:
+    """Every planned schedule's predicted peak against its predicted sec/step, the frontier drawn
+    through, the budget as a line and the recommendation marked."""
+    candidates = outcome.plan.candidates
+    unit, size = unit_of(max(c.peak_bytes for c in candidates))
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    ax.scatter([c.seconds for c in candidates], [c.peak_bytes / size for c in candidates], s=6, color="tab:gray",
+               label="schedules (first k blocks of each pattern)")  # fmt: skip
+    front = outcome.plan.frontier()
+    ax.plot([c.seconds for c in front], [c.peak_bytes / size for c in front], color="tab:red", label="Pareto frontier")
+    budget = outcome.request.budget_bytes / size
+    ax.axhline(budget, color=CARD_COLOR, linestyle="--", linewidth=0.8)
+    ax.text(0.995, budget, "budget", transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=8,
+            color=CARD_COLOR)  # fmt: skip
+    chosen = outcome.recommended
+    if chosen is not None:
+        ax.scatter([chosen.seconds], [chosen.peak_bytes / size], s=60, color="tab:green", zorder=4,
+                   label=f"recommended: {_short(chosen.config)}")  # fmt: skip
+    ax.set_xlabel("predicted sec/step")
+    ax.set_ylabel(f"predicted peak {unit}")
+    request = outcome.request
+    ax.set_title(f"{request.family} {request.preset} ({request.training}) on {request.card}: planned", fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    return _save(fig, path)
+
+
+def _short(config) -> str:
+    from ckptlib.planner import describe
+
+    return describe(config)

@@ -1,0 +1,177 @@
+"""The planner's benchmark (issue: plan).
+
+1. Planning time on the docs' big families at their docs shapes (CUDA device model, LoRA): the
+   schedules evaluated, the shallow predictions they took, and the extrapolation checked against
+   full predictions for a few candidates (the recommendation for the card, a cut inside a list, a
+   strided pattern on every block).
+2. On this CPU: the planner's pick for a budget against the docs' modes that fit, measured in one
+   run, and the Spearman rank correlation of predicted and measured sec/step over the frontier,
+   with the assumed step-time model and with one fitted to the docs modes' cells.
+
+    python scripts/bench_plan.py --out reports/bench-plan.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ckptlib import MODES
+from ckptlib.extrapolate import ShallowPredictor
+from ckptlib.planner import describe, fit_throughput, plan_schedules
+from ckptlib.units import GIB, MIB
+from sweep.builders import import_builder
+from sweep.plan import Request, assumed_throughput, make_plan, schedule_key
+from sweep.plan_verify import measure
+
+FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image")
+
+
+def plan_family(family: str, preset: str, vram_gib: float, workers: int) -> dict:
+    started = time.perf_counter()
+    build = import_builder(f"ckptlib.families.builders.{family}")
+    predictor = ShallowPredictor(build, "cuda", preset=preset, training="lora")
+    built = time.perf_counter()
+    plan = plan_schedules(predictor, assumed_throughput("cuda", "pcie5"), workers=workers)
+    planned = time.perf_counter()
+    budget = int(vram_gib * GIB * 0.9)
+    fitting = plan.fitting(budget)
+    checks = [fitting[0]] if fitting else []
+    inside = [c for c in plan.frontier() if c.interpolated]
+    checks += inside[len(inside) // 2 : len(inside) // 2 + 1]
+    checks += [c for c in plan.candidates if c.config.stride and c.config.blocks is None][:1]
+    errors = []
+    for candidate in checks:
+        full = predictor.full(candidate.config)
+        errors.append(
+            {
+                "schedule": describe(candidate.config),
+                "estimate_gib": candidate.peak_bytes / GIB,
+                "full_gib": full.peak_bytes / GIB,
+                "error": candidate.peak_bytes / full.peak_bytes - 1,
+                "flops_error": candidate.estimate.flops / full.flops - 1,
+            }
+        )
+    return {
+        "family": family,
+        "preset": preset,
+        "build_s": built - started,
+        "plan_s": planned - built,
+        "candidates": len(plan.candidates),
+        "predictions": plan.predictions,
+        "recommended": describe(fitting[0].config) if fitting else None,
+        "checks": errors,
+    }
+
+
+def cpu_study(preset: str, budget_mib: float, frontier_cells: int) -> dict:
+    request = Request(
+        "synthetic", "ckptlib.synthetic.build", preset, int(budget_mib * MIB), f"{budget_mib} MiB", device="cpu"
+    )
+    outcome = make_plan(request, None)
+    fitting = outcome.plan.fitting(request.budget_bytes)
+    front = [c for c in outcome.plan.frontier() if c.estimate.fits(request.budget_bytes)][-frontier_cells:]
+    chosen = [fitting[0], *[c for c in front if c is not fitting[0]]]
+    fit_keys = {schedule_key(c.config) for c in fitting}
+    chosen_keys = {schedule_key(c.config) for c in chosen}
+    docs = [n for n, config in MODES.items() if schedule_key(config) in fit_keys - chosen_keys]
+    with tempfile.TemporaryDirectory() as folder:
+        measured = measure(request, chosen, docs, f"sqlite:///{folder}/bench.db", "bench-plan", steps=7, warmup=2)
+    rows = []
+    for rank, candidate in enumerate(chosen, 1):
+        row = measured.get(f"plan-{rank}")
+        if row is not None and row.status == "ok":
+            rows.append({"schedule": describe(candidate.config), "predicted_s": candidate.seconds,
+                         "measured_s": row.sec_per_step, "peak_mib": row.peak_bytes / MIB,
+                         "estimate": candidate.estimate})  # fmt: skip
+    by_key = {schedule_key(c.config): c.estimate for c in outcome.plan.candidates}
+    docs_cells = [(by_key[schedule_key(MODES[d])], measured[d].sec_per_step) for d in docs if d in measured]
+    fitted = fit_throughput(docs_cells, False, "fitted to the docs modes") if len(docs_cells) >= 2 else None
+    frame = pd.DataFrame(rows)
+    if fitted is not None:
+        frame["calibrated_s"] = [fitted.step_seconds(e) for e in frame["estimate"]]
+    fits_docs = {
+        d: measured[d].sec_per_step for d in docs if d in measured and measured[d].peak_bytes <= request.budget_bytes
+    }
+    best = min(fits_docs, key=fits_docs.get) if fits_docs else None
+    pick = frame.iloc[0]
+    return {
+        "preset": preset,
+        "budget_mib": budget_mib,
+        "pick": pick["schedule"],
+        "pick_s": pick["measured_s"],
+        "pick_peak_mib": pick["peak_mib"],
+        "best_docs": best,
+        "best_docs_s": fits_docs.get(best),
+        "ratio": pick["measured_s"] / fits_docs[best] if best else None,
+        "spearman_assumed": frame["predicted_s"].corr(frame["measured_s"], method="spearman"),
+        "spearman_calibrated": frame["calibrated_s"].corr(frame["measured_s"], method="spearman") if fitted else None,
+        "frontier_measured": len(frame),
+        "rows": frame.drop(columns="estimate").to_dict("records"),
+    }
+
+
+def markdown(families: list[dict], cpu: dict | None) -> str:
+    lines = [
+        "# Planner benchmark",
+        "",
+        "Produced by `python scripts/bench_plan.py` (2-core CPU, CUDA device model).",
+        "",
+    ]
+    lines += ["| family | preset | build s | plan s | schedules | shallow predictions | recommended (24 GiB) |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for f in families:
+        lines.append(f"| {f['family']} | {f['preset']} | {f['build_s']:.1f} | {f['plan_s']:.1f} | {f['candidates']} | "
+                     f"{f['predictions']} | {f['recommended']} |")  # fmt: skip
+    lines += [
+        "",
+        "Extrapolated against full predictions:",
+        "",
+        "| family | schedule | estimate GiB | full GiB | peak error | FLOPs error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in families:
+        for c in f["checks"]:
+            lines.append(f"| {f['family']} | {c['schedule']} | {c['estimate_gib']:.3f} | {c['full_gib']:.3f} | "
+                         f"{c['error']:+.2%} | {c['flops_error']:+.2%} |")  # fmt: skip
+    if cpu:
+        lines += ["", f"CPU, synthetic {cpu['preset']}, budget {cpu['budget_mib']} MiB: the pick ({cpu['pick']}) measured "
+                  f"{cpu['pick_s']:.4f} s/step at {cpu['pick_peak_mib']:.2f} MiB; the fastest docs mode that fits "
+                  f"({cpu['best_docs']}) {cpu['best_docs_s']:.4f} s/step: ratio {cpu['ratio']:.3f}. Spearman over "
+                  f"{cpu['frontier_measured']} measured frontier schedules: {cpu['spearman_assumed']:.3f} (assumed "
+                  f"step-time model), {cpu['spearman_calibrated']:.3f} (fitted to the docs modes' cells)."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="*", default=list(FAMILIES), help="family:preset ...")
+    parser.add_argument("--vram", type=float, default=24, help="card GiB for the recommendation")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cpu-preset", default="cpu-1024")
+    parser.add_argument("--cpu-budget-mib", type=float, default=60)
+    parser.add_argument("--frontier-cells", type=int, default=8)
+    parser.add_argument("--no-cpu", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("reports/bench-plan.md"))
+    options = parser.parse_args()
+    families = []
+    for entry in options.families:
+        family, preset = entry.split(":")
+        families.append(plan_family(family, preset, options.vram, options.workers))
+        print(json.dumps(families[-1], default=str), flush=True)
+    cpu = None if options.no_cpu else cpu_study(options.cpu_preset, options.cpu_budget_mib, options.frontier_cells)
+    if cpu:
+        print(json.dumps({k: v for k, v in cpu.items() if k != "rows"}, default=str), flush=True)
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(markdown(families, cpu))
+    options.out.with_suffix(".json").write_text(json.dumps({"families": families, "cpu": cpu}, indent=1, default=str))
+    print(options.out)
+
+
+if __name__ == "__main__":
+    main()
