@@ -14,6 +14,7 @@ import pandas as pd
 from ckptlib.units import GIB, MIB
 
 from .matrices import variant
+from .plan import PLANNED
 
 # Cards are sold in "GB" that are GiB-sized (a 24 GB card has 24 GiB), so GB and G read as GiB.
 _UNITS = {"gib": GIB, "gb": GIB, "g": GIB, "": GIB, "mib": MIB, "mb": MIB, "m": MIB}
@@ -102,6 +103,8 @@ def advise(
 ) -> Advice:
     """Pick a mode for `family` (and shape) on a card of `vram_bytes`, from the cells given.
     Predictions stand in for modes that have no measurement, and are labelled as such."""
+    planned = cells[cells["provenance"] == PLANNED]
+    cells = cells[cells["provenance"] != PLANNED]
     chosen = _one_shape(cells, family, tokens, preset, quantization)
     chosen = chosen.reindex(
         columns=[*chosen.columns.drop("device", errors="ignore"), "device"]
@@ -138,11 +141,28 @@ def advise(
         f"{fit(r.peak_bytes)} (predicted)"
         for r in predicted.itertuples()
     ]
+    lines_plan = _stored_plans(planned, family, chosen["preset"].iloc[0], budget)
     failed = [f"  {r.mode:22s} {r.text}" for r in measured[measured["status"] != "ok"].itertuples()]
     lines = head + verdict + ["modes (measured fastest first, then predicted):", *described]
     if failed:
         lines += ["did not run to completion:", *failed]
+    lines += lines_plan
     return Advice(mode, hardware or (predicted["hardware"].iloc[0] if not predicted.empty else "?"), budget, lines)
+
+
+def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: int) -> list[str]:
+    """Recommendations of stored plans (`ckpt-sweep plan`) for this family and preset that fit the budget."""
+    chosen = planned[(planned["family"] == family) & (planned["preset"] == preset)]
+    lines = []
+    for cell in chosen.itertuples():
+        report = cell.report or {}
+        if report.get("recommended") and cell.peak_bytes <= budget:
+            seconds = (cell.report or {}).get("predicted_s_per_step", float("nan"))
+            lines.append(
+                f"stored plan ({cell.hardware}): {report.get('schedule')}, predicted {cell.peak_bytes / GIB:.2f} GiB, "
+                f"{seconds:.3f} s/step (a prediction; ckpt-sweep plan --verify measures it)"
+            )
+    return lines
 
 
 def _one_shape(

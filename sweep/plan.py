@@ -255,8 +255,8 @@ def planned_cells(outcome: Outcome) -> list[tuple[dict, str, CellResult, dict]]:
                 "interpolated": candidate.interpolated,
                 "flops": candidate.estimate.flops,
                 "copied_bytes": candidate.estimate.copied_bytes,
+                "predicted_s_per_step": candidate.seconds,  # a prediction: sec_per_step stays empty
             },
-            timings={"predicted_s_per_step": candidate.seconds},
         )
         cells.append((cell.as_dict(), cell.key, result, {}))
     return cells

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 from ckptlib.units import GIB, MIB
 
 from .matrices import Matrix, build_matrices
+from .plan import PLANNED
 from .query import load_cells, select_runs
 from .tables import splice, wrap
 
@@ -49,7 +50,9 @@ def write_reports(
 ) -> list[Path]:
     """reports/<family>.md per family, reports/index.md, and plots; returns the files written."""
     run_ids = select_runs(engine, selectors)
-    cells = load_cells(engine, run_ids)
+    everything = load_cells(engine, run_ids)
+    planned = everything["provenance"] == PLANNED
+    cells, plans = everything[~planned], everything[planned]
     matrices = build_matrices(cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, plots = [], {}
@@ -71,10 +74,32 @@ def write_reports(
         written.append(page)
         sources = sorted({s for m in family_matrices for s in m.sources})
         index.append(f"| [{family}]({page.name}) | {len(family_matrices)} | {'; '.join(sources)} |")
+    if not plans.empty:
+        page = out_dir / "plans.md"
+        page.write_text(plans_page(plans))
+        written.append(page)
+        index.append(f"\nStored plans (`ckpt-sweep plan`, predicted): [plans]({page.name})")
     (out_dir / "index.md").write_text("\n".join(index) + "\n")
     written.append(out_dir / "index.md")
     remove_stale(out_dir, written)
     return written
+
+
+def plans_page(plans) -> str:
+    """Each stored plan: its recommendation and its frontier, every figure a prediction."""
+    parts = ["# Stored plans\n", "Every figure here is predicted (`ckpt-sweep plan`): nothing ran.\n"]
+    for (family, preset, hardware), cells in plans.groupby(["family", "preset", "hardware"], sort=True):
+        parts.append(f"## {family} {preset} on {hardware}\n")
+        parts += ["| | schedule | predicted peak | predicted sec/step |", "|---|---|---|---|"]
+        for cell in cells.sort_values("peak_bytes").itertuples():
+            mark = "**recommended**" if (cell.report or {}).get("recommended") else ""
+            seconds = (cell.report or {}).get("predicted_s_per_step")
+            parts.append(
+                f"| {mark} | {(cell.report or {}).get('schedule', cell.mode)} | {_size(cell.peak_bytes)} | "
+                f"{'' if seconds is None else format(seconds, '.4f')} |"
+            )
+        parts.append("")
+    return "\n".join(parts)
 
 
 MANIFEST = ".generated"  # the files the last `report` wrote, one path per line (relative to the folder)

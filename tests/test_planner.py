@@ -195,7 +195,7 @@ def test_plan_verb_prints_stores_and_draws(tmp_path, capsys):
     assert png.stat().st_size > 10_000
     rows = query(
         tmp_path / "p.db",
-        "select r.provenance, c.mode, c.peak_bytes, c.timings from cells c join runs r on r.id = c.run_id",
+        "select r.provenance, c.mode, c.peak_bytes, c.report from cells c join runs r on r.id = c.run_id",
     )
     assert {r[0] for r in rows} == {"planned"}
     planned = [r for r in rows if r[1] == "planned"]
