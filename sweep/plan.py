@@ -151,6 +151,7 @@ def describe_outcome(
         f"step time: {throughput.description}",
     ]
     lines += [f"not offered: {label}: {why}" for label, why in sorted(plan.unsupported.items())]
+    lines += frontier_table(plan, request.budget_bytes, recommended)
     baseline = plan.baseline
     if recommended is None:
         closest = plan.smallest()
@@ -172,6 +173,19 @@ def describe_outcome(
         "  ckpt-sweep run: " + run_override(recommended.config),
         "  ckptlib: " + ckptlib_line(recommended.config),
     ]
+    return lines
+
+
+def frontier_table(plan: Plan, budget: int, recommended: Candidate | None, rows: int = 14) -> list[str]:
+    """The Pareto frontier by peak, thinned to about `rows` rows (the recommendation always shown)."""
+    front = plan.frontier()
+    step = max(1, -(-len(front) // rows))
+    shown = [c for i, c in enumerate(front) if i % step == 0 or c is recommended or i == len(front) - 1]
+    lines = [f"Pareto frontier ({len(front)} schedules, {len(shown)} shown; predicted):"]
+    lines.append(f"  {'peak':>11}  {'sec/step':>9}  schedule")
+    for c in shown:
+        mark = "  <- recommended" if c is recommended else ("" if c.estimate.fits(budget) else "  (over budget)")
+        lines.append(f"  {size_text(c.peak_bytes):>11}  {c.seconds:9.4f}  {describe(c.config)}{mark}")
     return lines
 
 
@@ -237,12 +251,8 @@ def planned_cells(outcome: Outcome) -> list[tuple[dict, str, CellResult, dict]]:
             builder=request.builder,
             preset=request.preset,
             mode="planned" if candidate is chosen else f"frontier-{rank}",
-            backend=config.backend,
-            interval=config.interval,
-            stride=config.stride,
-            blocks=config.blocks,
-            offload_attention=config.offload_attention,
             training=request.training,
+            **{name: getattr(config, name) for name in SCHEDULE_FIELDS},
         )
         result = CellResult(
             status=Status.OK,

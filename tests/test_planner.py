@@ -230,3 +230,18 @@ def test_a_deepened_stack_trains_like_its_blocks():
     grads = [p.grad for p in work.model.single_transformer_blocks[-1].parameters()]
     assert all(isinstance(g, torch.Tensor) for g in grads)
     assert isinstance(work.model.transformer_blocks, nn.ModuleList)
+
+
+def test_predicted_flops_are_those_of_a_real_step_recompute_included():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ckptlib.predict import predict
+
+    for config in (MODES["none"], MODES["layer"], MODES["seg2-stride4"], MODES["torch-ffn"]):
+        work = synthetic.build("tiny", training="full", dropout=0.0)
+        ckptlib.apply(work.model, config, work.spec)
+        work.step()
+        with FlopCounterMode(display=False) as counted:
+            work.step()
+        predicted = predict(synthetic.build, config, "cpu", preset="tiny", training="full", dropout=0.0)
+        assert predicted.flops == counted.get_total_flops() > 0
