@@ -190,7 +190,9 @@ def test_two_sweeps_into_one_sqlite_file_lose_no_rows(tmp_path):
         (["no_such_key=1"], ["Key 'no_such_key' not in 'SweepConfig'"]),
         (
             ["+mode.intervall=3"],
-            ["+mode.intervall: not a mode setting; a mode has name, backend, interval, stride, blocks, offload_attention"],
+            [
+                "+mode.intervall: not a mode setting; a mode has name, backend, interval, stride, blocks, offload_attention"
+            ],
         ),
         # every problem the validator finds is listed at once
         (
