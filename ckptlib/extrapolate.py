@@ -103,17 +103,12 @@ class ShallowPredictor:
 
     def __init__(self, build: Callable[..., Workload], device: str | DeviceModel = "cuda", **build_kwargs):
         self.device = device_model(device)
-        self.build_kwargs = build_kwargs
         dtype = build_kwargs.pop("dtype", None) or self.device.dtype
         self._dtype = dtype
         self._meta = build(device="meta", dtype=dtype, **build_kwargs)
         self.sizes = {path: len(self._meta.model.get_submodule(path)) for path in self._meta.spec.block_lists}
         self._cache: dict[tuple, Prediction] = {}
         self.predictions = 0
-
-    @property
-    def total_blocks(self) -> int:
-        return sum(self.sizes.values())
 
     def predict(self, config: CheckpointConfig, depths: Mapping[str, int] | None = None) -> Prediction:
         """The prediction at `depths` (block list -> blocks kept; None: the whole model)."""

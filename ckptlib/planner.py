@@ -129,7 +129,8 @@ def plan_schedules(
     predicted by `workers` forked processes (each with its own cache)."""
     sizes = list(predictor.sizes.values())
     plan = Plan([], None)
-    found = dict(_anchors_of_every_pattern(predictor, workers, progress))
+    results = list(_anchors_of_every_pattern(predictor, workers, progress))
+    found = {pattern: anchors for pattern, anchors, _ in results}
     for pattern, anchors in found.items():
         if isinstance(anchors, str):
             plan.unsupported[describe(pattern)] = anchors
@@ -140,18 +141,16 @@ def plan_schedules(
         if pattern.checkpoints and not isinstance(anchors, str) and not isinstance(plain, str):
             plan.candidates += list(_cuts(pattern, sizes, plain[0], anchors, throughput))
     plan.baseline = next((c for c in plan.candidates if c.config == CheckpointConfig("none")), None)
-    plan.predictions = _PREDICTIONS[0]
+    plan.predictions = sum(predictions for _, _, predictions in results)
     return plan
 
 
 _PREDICTOR: list[ShallowPredictor] = []  # the workload forked workers predict (inherited, not pickled)
-_PREDICTIONS = [0]
 
 
 def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progress):
-    """(pattern, its estimates with the first 1 ... all lists under it, or why it is unsupported)."""
+    """(pattern, its estimates or why it is unsupported, the shallow predictions it took)."""
     _PREDICTOR[:] = [predictor]
-    _PREDICTIONS[0] = 0
     todo = patterns()
     if workers <= 1:
         results = map(_anchors, todo)
@@ -160,10 +159,9 @@ def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progres
         results = pool.imap_unordered(_anchors, todo)
     try:
         for pattern, anchors, predictions in results:
-            _PREDICTIONS[0] += predictions
             if progress:
                 progress(describe(pattern))
-            yield pattern, anchors
+            yield pattern, anchors, predictions
     finally:
         if workers > 1:
             pool.close()
