@@ -145,18 +145,15 @@ def plan_schedules(
     return plan
 
 
-_PREDICTOR: list[ShallowPredictor] = []  # the workload forked workers predict (inherited, not pickled)
-
-
 def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progress):
     """(pattern, its estimates or why it is unsupported, the shallow predictions it took)."""
-    _PREDICTOR[:] = [predictor]
     todo = patterns()
     if workers <= 1:
-        results = map(_anchors, todo)
+        results = (_anchors(predictor, pattern) for pattern in todo)
     else:
-        pool = multiprocessing.get_context("fork").Pool(workers)
-        results = pool.imap_unordered(_anchors, todo)
+        context = multiprocessing.get_context("fork")  # the predictor is inherited, not pickled
+        pool = context.Pool(workers, initializer=_start_worker, initargs=(predictor,))
+        results = pool.imap_unordered(_worker_anchors, todo)
     try:
         for pattern, anchors, predictions in results:
             if progress:
@@ -168,10 +165,24 @@ def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progres
             pool.join()
 
 
-def _anchors(pattern: CheckpointConfig) -> tuple[CheckpointConfig, list | str, int]:
+_WORKER_PREDICTOR: list[ShallowPredictor] = []  # a forked worker's own
+
+
+def _start_worker(predictor: ShallowPredictor) -> None:
+    # NOTE [ OpenMP after fork ]: the parent's OpenMP thread pool does not survive the fork, and the
+    # first parallel op of the child (a deep copy of a large real tensor: Qwen Image's rotary table)
+    # waits for its threads for ever. One thread per worker: torch then runs every op inline.
+    torch.set_num_threads(1)
+    _WORKER_PREDICTOR[:] = [predictor]
+
+
+def _worker_anchors(pattern: CheckpointConfig) -> tuple[CheckpointConfig, list | str, int]:
+    return _anchors(_WORKER_PREDICTOR[0], pattern)
+
+
+def _anchors(predictor: ShallowPredictor, pattern: CheckpointConfig) -> tuple[CheckpointConfig, list | str, int]:
     """A pattern's estimates: with the first 1 ... all lists under it, and each list cut (the
     pattern on its first h blocks) at the heads the predictor extrapolates."""
-    predictor = _PREDICTOR[0]
     before = predictor.predictions
     try:
         if pattern.checkpoints:

@@ -23,14 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .apply import apply
 from .config import CheckpointConfig
 from .memory import CATEGORIES, step_peak
-from .spec import UnsupportedModeError
 from .streams import ModelledStreams
 from .units import MIB
 from .workload import Workload, adamw_for
@@ -142,14 +141,6 @@ def predict(
     shallower (ckptlib/memory_model.py extrapolates from such predictions).
     """
     model = device_model(device)
-    quantization = build_kwargs.get("quantization", "none")
-    if quantization != "none":
-        # torchao's and SDNQ's quantizers compute scales from real weights (SDNQ through torch.compile),
-        # which neither meta nor fake tensors carry.
-        raise UnsupportedModeError(
-            f"predict: {quantization} base weights cannot be quantized under FakeTensorMode; "
-            "predictions cover quantization none only"
-        )
     started = time.perf_counter()
     dtype = build_kwargs.pop("dtype", None) or model.dtype
     work = build(device="meta", dtype=dtype, **build_kwargs)
@@ -230,10 +221,7 @@ def _fake_workload(work: Workload, mode: FakeTensorMode, model: DeviceModel) -> 
         if not isinstance(t, torch.Tensor):
             return t
         if id(t) not in converted:
-            if t.device.type == "meta":
-                out = mode.fake_tensor_converter.from_meta_and_device(mode, t.detach(), torch.device("cpu"))
-            else:
-                out = mode.from_tensor(t.detach())
+            out = _fake_tensor(t.detach(), mode)
             if isinstance(t, nn.Parameter):
                 out = nn.Parameter(out, requires_grad=t.requires_grad)
             elif t.requires_grad:
@@ -257,6 +245,18 @@ def _fake_workload(work: Workload, mode: FakeTensorMode, model: DeviceModel) -> 
     if work.optimizer is not None:
         work.optimizer = adamw_for(work.model, foreach=model.foreach_optimizer)
     return work
+
+
+def _fake_tensor(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
+    """A fake CPU tensor like `t`; a wrapper subclass (a quantized weight: TorchAO's Int8Tensor,
+    SDNQ's SDNQTensor) keeps its type around fake inner tensors, so its own ops still run."""
+    if is_traceable_wrapper_subclass(t):
+        names, context = t.__tensor_flatten__()
+        inner = {name: _fake_tensor(getattr(t, name), mode) for name in names}
+        return type(t).__tensor_unflatten__(inner, context, t.size(), t.stride())
+    if t.device.type == "meta":
+        return mode.fake_tensor_converter.from_meta_and_device(mode, t, torch.device("cpu"))
+    return mode.from_tensor(t)
 
 
 # FLOPs of the fused attention stand-in, which runs no aten op a FlopCounterMode could count.

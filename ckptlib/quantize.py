@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .memory import plain_tensors
 from .spec import UnsupportedModeError
@@ -107,7 +108,7 @@ def check_supported(name: str, device: str | torch.device) -> None:
         have = ".".join(map(str, torch.cuda.get_device_capability(device)))
         need = ".".join(map(str, scheme.min_capability))
         raise UnsupportedModeError(f"{name} needs compute capability {need} or newer; this GPU has {have}")
-    if device.type == "cpu":
+    if device.type in ("cpu", "meta"):  # meta: a prediction's build
         for key, value in scheme.cpu_environment:
             os.environ.setdefault(key, value)
     try:
@@ -123,6 +124,11 @@ def quantize_base(model: nn.Module, name: str, device: str | torch.device) -> No
     check_supported(name, device)
     if name != "none":
         QUANTIZATIONS[name].quantize(model)
+
+
+def is_quantized(model: nn.Module) -> bool:
+    """Whether any weight of `model` is a quantized tensor (a wrapper subclass: TorchAO, SDNQ)."""
+    return any(is_traceable_wrapper_subclass(p) for p in model.parameters())
 
 
 def base_weight_bytes(model: nn.Module) -> int:

@@ -178,7 +178,7 @@ def plan_verb(args: list[str]) -> None:
     card.add_argument("--card", help="a card by name: RTX 4090, L40S, H100 80GB, H200, ...")
     parser.add_argument("--margin", type=float, default=None, help="share of the card kept free (default 0.10)")
     parser.add_argument("--training", default="lora", choices=["lora", "frozen", "full"])
-    parser.add_argument("--quantization", default="none", help="only none: predictions cannot quantize")
+    parser.add_argument("--quantization", default="none", help="base weights: none, int8-torchao, int8-sdnq, ...")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the device model (default cuda)")
     parser.add_argument("--link", default="pcie5", help="host link: pcie4, pcie5 (default), nvlink-c2c")
     parser.add_argument("--hardware", help="calibrate step times on this family's cells measured on this label")
@@ -187,16 +187,12 @@ def plan_verb(args: list[str]) -> None:
     options = parser.parse_args(args)
     from .advise import DEFAULT_MARGIN, card_bytes, check_margin, parse_size
     from .builders import BuilderError, builder_default_preset, import_builder
-    from .plan import Request, make_plan, size_text, store
+    from .plan import Request, check_quantization, make_plan, size_text, store
     from .plan_verify import verify
     from .plots import plan_plot
 
     try:
-        if options.quantization != "none":
-            raise ValueError(
-                f"--quantization {options.quantization}: predictions cover unquantized base weights only "
-                "(quantizers need real weights)"
-            )
+        check_quantization(options.quantization)
         target = options.builder or _builder_path(options.family)
         preset = options.preset or builder_default_preset(import_builder(target)) or "default"
         vram = card_bytes(options.card) if options.card else parse_size(options.vram)
@@ -204,7 +200,7 @@ def plan_verb(args: list[str]) -> None:
         card = options.card or f"{size_text(vram)} card"
         request = Request(
             options.family, target, preset, int(vram * (1 - margin)), card, options.training,
-            options.device, options.link, options.hardware,
+            options.quantization, options.device, options.link, options.hardware,
         )  # fmt: skip
         engine = _engine(options.db, create=True)
         outcome = make_plan(request, engine, progress=lambda label: print(f"  planning: {label}", flush=True))

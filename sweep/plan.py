@@ -37,6 +37,7 @@ class Request:
     budget_bytes: int  # the card less its margin
     card: str  # how the card was named (a plan's hardware label)
     training: str = "lora"
+    quantization: str = "none"  # the base weights' (ckptlib.quantize.NAMES)
     device: str = "cuda"  # the device model (ckptlib.predict.DEVICE_MODELS)
     link: str = "pcie5"
     hardware: str | None = None  # calibrate on cells measured there
@@ -81,11 +82,24 @@ def schedule_key(config: CheckpointConfig) -> tuple:
     return (config.backend, interval, config.stride or interval, blocks, config.offload_attention)
 
 
+def check_quantization(name: str) -> None:
+    """ValueError naming an unknown scheme or the package it lacks."""
+    from ckptlib import UnsupportedModeError
+    from ckptlib.quantize import check_supported
+
+    try:
+        check_supported(name, "meta")  # predictions quantize the meta model's weights
+    except UnsupportedModeError as error:
+        raise ValueError(str(error)) from None
+
+
 def make_plan(request: Request, engine: Engine | None, progress=None) -> Outcome:
     from .builders import import_builder
 
     build = import_builder(request.builder)
-    predictor = ShallowPredictor(build, request.device, preset=request.preset, training=request.training)
+    predictor = ShallowPredictor(
+        build, request.device, preset=request.preset, training=request.training, quantization=request.quantization
+    )
     throughput = assumed_throughput(request.device, request.link)
     plan = plan_schedules(predictor, throughput, workers=request.workers, progress=progress)
     if engine is not None:
@@ -117,6 +131,7 @@ def _calibrated(engine: Engine, request: Request, plan: Plan, assumed: Throughpu
         (cells["family"] == request.family)
         & (cells["preset"] == request.preset)
         & (cells["training"] == request.training)
+        & (cells["quantization"] == request.quantization)
         & (cells["provenance"] == "measured")
         & (cells["status"] == Status.OK)
     ]
@@ -145,7 +160,7 @@ def describe_outcome(
     request: Request, plan: Plan, throughput: Throughput, recommended: Candidate | None, checked: Estimate | None
 ) -> list[str]:
     lines = [
-        f"{request.family} {request.preset} ({request.training}) on {request.card}: budget "
+        f"{request.family} {request.preset} ({describe_training(request)}) on {request.card}: budget "
         f"{size_text(request.budget_bytes)}; {len(plan.candidates)} schedules from {plan.predictions} "
         f"shallow predictions ({request.device} device model)",
         f"step time: {throughput.description}",
@@ -174,6 +189,13 @@ def describe_outcome(
         "  ckptlib: " + ckptlib_line(recommended.config),
     ]
     return lines
+
+
+def describe_training(request: Request) -> str:
+    """'lora', or 'lora, int8-torchao base' for a quantized base."""
+    if request.quantization == "none":
+        return request.training
+    return f"{request.training}, {request.quantization} base"
 
 
 def frontier_table(plan: Plan, budget: int, recommended: Candidate | None, rows: int = 14) -> list[str]:
@@ -252,6 +274,7 @@ def planned_cells(outcome: Outcome) -> list[tuple[dict, str, CellResult, dict]]:
             preset=request.preset,
             mode="planned" if candidate is chosen else f"frontier-{rank}",
             training=request.training,
+            quantization=request.quantization,
             **{name: getattr(config, name) for name in SCHEDULE_FIELDS},
         )
         result = CellResult(
@@ -277,7 +300,7 @@ def store(engine: Engine, outcome: Outcome) -> int:
 
     request = outcome.request
     run = {
-        "name": f"plan {request.family} {request.preset} {request.training}",
+        "name": f"plan {request.family} {request.preset} {describe_training(request)}",
         "hardware": f"{request.card} ({request.device} model)",
         "provenance": PLANNED,
         "source": "ckpt-sweep plan",

@@ -46,7 +46,8 @@ def measure(
         names = mode_files(candidates, Path(folder))
         command = [
             sys.executable, "-m", "sweep.cli", "run", "sweep=none", *_family_overrides(request),
-            f"preset={request.preset}", f"training={request.training}", f"mode={','.join(names + docs)}",
+            f"preset={request.preset}", f"training={request.training}",
+            f"quantization={request.quantization}", f"mode={','.join(names + docs)}",
             f"hydra.searchpath=[file://{folder}]", f"db.url={db_url}", f"run.name={run_name}", "run.rerun=all",
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}",
         ]  # fmt: skip

@@ -72,15 +72,29 @@ def test_bad_combinations_are_rejected():
         check_supported("int4", "cpu")
     with pytest.raises(UnsupportedModeError, match="a quantized base does not train in full"):
         synthetic.build("tiny", training="full", quantization="int8-torchao")
-    from ckptlib.predict import predict
 
-    with pytest.raises(UnsupportedModeError, match="cannot be quantized under FakeTensorMode"):
-        predict(synthetic.build, ckptlib.CheckpointConfig("none"), "cpu", preset="tiny", quantization="int8-torchao")
+
+@pytest.mark.parametrize("mode", ["none", "torch"])
+@pytest.mark.parametrize("name", CPU_SCHEMES)
+def test_a_quantized_base_is_predicted_as_it_measures(name, mode):
+    """Predictions quantize the meta model with the scheme's own code: its int8 weights, and the
+    dequantized copies its matmuls save for backward, are those of a measured step."""
+    from ckptlib.predict import predict
+    from tests.test_predict import measured_peak
+
+    kwargs = {"preset": "cpu-256", "dtype": torch.bfloat16, "quantization": name}
+    config = ckptlib.CheckpointConfig(mode)
+    measured = measured_peak(synthetic.build, config, "lora", **kwargs)
+    predicted = predict(synthetic.build, config, "cpu", training="lora", **kwargs)
+    unquantized = predict(synthetic.build, config, "cpu", training="lora", **{**kwargs, "quantization": "none"})
+    assert predicted.breakdown["parameters"] == measured.peak_by_category["parameters"]
+    assert predicted.breakdown["parameters"] < 0.6 * unquantized.breakdown["parameters"]
+    assert abs(predicted.peak_bytes / measured.peak_bytes - 1) <= 0.05, (predicted.peak_bytes, measured.peak_bytes)
 
 
 def test_quantization_axis_through_the_sweep(tmp_path):
     """Rows in the docs' order, weight bytes recorded, fp8 unsupported with its reason, versions kept.
-    skip_predicted_oom does not block quantized cells, which cannot be predicted: they are measured."""
+    skip_predicted_oom predicts quantized cells and lets those that fit run."""
     from sweep.matrices import build_matrices
     from sweep.query import load_cells, select_runs
     from sweep.store import open_store

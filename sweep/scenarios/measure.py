@@ -87,10 +87,14 @@ def _over_host(need: str, budget_bytes: int) -> str:
 
 def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timings: dict) -> CellResult | None:
     """Predict the cell first: skipped (predicted-oom) when it would not fit the card, or, on a CPU,
-    the host's free memory. A cell that cannot be predicted (a quantized base) is measured; a CPU
-    cell that is small by a rough bound is not predicted at all (a prediction costs a second)."""
+    the host's free memory. A cell that cannot be predicted is measured; so is a GPU cell with a
+    quantized base (its prediction would import the quantizer with the CPU settings it needs on
+    meta, before the GPU build); a CPU cell that is small by a rough bound is not predicted at all
+    (a prediction costs a second)."""
     from ckptlib import UnsupportedModeError
 
+    if cell.quantization != "none" and not settings.device.startswith("cpu"):
+        return None
     tic = time.perf_counter()
     if settings.skip_over_bytes is None:
         budget = settings.host_budget_bytes
