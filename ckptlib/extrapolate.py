@@ -103,6 +103,13 @@ def _warm_periods(config: CheckpointConfig, quantized: bool) -> int:
     return warm + quantized
 
 
+def _grows_within(base: tuple[int, int], target: tuple[int, int], repeat: int) -> bool:
+    """Whether every layout grown from `base` toward `target` is shallower than the target's list."""
+    (head, tail), (to_head, to_tail) = base, target
+    growth = max(repeat if to_head > head else 0, 1 if to_tail > tail else 0)
+    return head + tail + growth <= to_head + to_tail and head + tail < to_head + to_tail
+
+
 class ShallowPredictor:
     """Predictions of one workload (built once on the meta device) at any depth, cached."""
 
@@ -168,8 +175,9 @@ class ShallowPredictor:
         """From the shallow layout `base` to `target` ((head, plain tail) per list): one prediction
         at the base, and one per list and direction that grows (a period of head, a block of tail)."""
         before = self.predictions
-        # a list the base would not be shallower than is predicted as it is, not extrapolated
-        base = [b if sum(b) < sum(t) else t for b, t in zip(base, target)]
+        # a list too short to grow from its base (a grown layout must fit in it) is predicted as it
+        # is, not extrapolated
+        base = [b if _grows_within(b, t, period(config)) else t for b, t in zip(base, target)]
         estimate = self._at_layout(config, base)
         totals = dict(estimate.quantities())
         for i, ((head, tail), (to_head, to_tail)) in enumerate(zip(base, target)):

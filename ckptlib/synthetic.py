@@ -102,9 +102,9 @@ def resolve_shape(preset: str | SyntheticShape, **overrides) -> SyntheticShape:
 
 
 def describe_shape(preset: str | SyntheticShape, **overrides) -> dict:
-    """The shape as the sweep records it: the block's sequence tokens and the batch."""
+    """The shape as the sweep records it: the block's sequence tokens and the batch (of sequences)."""
     shape = resolve_shape(preset, **overrides)
-    return {"tokens": shape.tokens, "batch": shape.batch}
+    return {"tokens": shape.tokens, "batch": shape.batch, "samples_per_step": shape.batch, "sample_unit": "sequences"}
 
 
 def build(

@@ -15,7 +15,8 @@ import inspect
 import sys
 from pathlib import Path
 
-SHAPE_FACTS = ("tokens", "text_tokens", "height", "width", "frames", "batch")
+from .schema import SHAPE_COLUMNS
+
 BUILD_KEYWORDS = ("preset", "training", "device", "lora_rank", "seed", "dtype", "quantization")
 
 
@@ -114,4 +115,6 @@ def describe_shape(builder, preset: str, shape: dict) -> dict:
             facts = {"tokens": getattr(resolve(preset, **shape), "tokens", None)} if resolve else {}
     except Exception:  # noqa: BLE001 - a label, never a reason to lose a cell
         facts = {}
-    return {k: facts.get(k) for k in SHAPE_FACTS}
+    if facts.get("samples_per_step") is None and facts.get("batch") is not None:  # a builder of one's own
+        facts = {**facts, "samples_per_step": facts["batch"], "sample_unit": facts.get("sample_unit") or "samples"}
+    return {k: facts.get(k) for k in SHAPE_COLUMNS}

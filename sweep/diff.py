@@ -136,7 +136,16 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
     unit = table_unit(pd.concat([a.cells, b.cells]))  # MiB when both sides' peaks are small
     for cells in (a.cells, b.cells):
         cells["text"] = cell_texts(cells, unit)
-    keep = COORDINATES + ["status", "sec_per_step", "peak_bytes", "text", "cell_id", "versions"]
+    keep = COORDINATES + [
+        "status",
+        "sec_per_step",
+        "peak_bytes",
+        "samples_per_s",
+        "sample_unit",
+        "text",
+        "cell_id",
+        "versions",
+    ]
     merged = a.cells[keep].merge(b.cells[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
     merged = merged.assign(
         sec_a=_figures(merged.rename(columns={"status_a": "status"}), "sec_per_step_a"),
@@ -176,6 +185,11 @@ def _number(value, template: str) -> str:
     return "" if value != value else template.format(value)
 
 
+def _rate(samples_per_s, unit) -> str:
+    """'16.3 images/s', or blank for a cell with no throughput (not ok, published, predicted)."""
+    return "" if pd.isna(samples_per_s) else f"{samples_per_s:.3g} {unit}/s"
+
+
 def _row_values(row) -> list[str]:
     tokens = "" if pd.isna(row.tokens) else str(int(row.tokens))
     mode = row.mode + (f" ({row.variant})" if row.variant else "")
@@ -188,6 +202,8 @@ def _row_values(row) -> list[str]:
         row.quantization,
         row.text_a,
         row.text_b,
+        _rate(row.samples_per_s_a, row.sample_unit_a),
+        _rate(row.samples_per_s_b, row.sample_unit_b),
         _number(row.ratio, "{:.4f}"),
         _number(row.memory_diff, "{:+.2f}"),
         _number(row.memory_ratio, "{:.4f}"),
@@ -204,6 +220,8 @@ def columns(diff: Diff) -> list[str]:
         "quant",
         diff.label_a,
         diff.label_b,
+        f"samples/s {diff.label_a}",
+        f"samples/s {diff.label_b}",
         f"time {diff.label_b}/{diff.label_a}",
         f"memory diff {diff.unit}",
         f"memory {diff.label_b}/{diff.label_a}",

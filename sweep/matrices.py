@@ -107,7 +107,7 @@ def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
         if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
     ]
     named += [s for s, default in CELL_DEFAULTS.items() if default is not None and values[s] not in (None, default)]
-    named += sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens")
+    named += sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens" and values[s] is not None)
     return ", ".join(_describe(s, values[s]) for s in named)
 
 

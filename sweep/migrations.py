@@ -4,7 +4,8 @@
 Version 0 is an empty database; version 1 the first round's schema (tables, no version table);
 version 2 widens byte and count columns to 64 bits, keeps every attempt of a cell, records the
 shape the model saw and the versions that measured each cell, and stores empty JSON as NULL;
-version 3 adds the spread of the measured steps and the host's load.
+version 3 adds the spread of the measured steps and the host's load; version 4 the throughput
+(samples per step, their unit, samples/s).
 Upgrades run in the caller's transaction: a failed one leaves the database as it was.
 """
 
@@ -141,4 +142,9 @@ def _to_version_3(connection: Connection) -> None:
     _add_missing_columns(connection, CellRow.__table__)
 
 
-UPGRADES = {2: _to_version_2, 3: _to_version_3}
+def _to_version_4(connection: Connection) -> None:
+    """Throughput: samples per step, their unit, samples/s (cells recorded before have none)."""
+    _add_missing_columns(connection, CellRow.__table__)
+
+
+UPGRADES = {2: _to_version_2, 3: _to_version_3, 4: _to_version_4}

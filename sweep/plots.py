@@ -182,6 +182,21 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
     return plots
 
 
+def throughput_plot(table, path: Path) -> Path:
+    """Samples/s against batch, a line per mode: where the batch stops paying."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for marker, (row, points) in zip(MARKERS * 4, table.points.groupby("row", sort=False)):
+        ax.plot(points["batch"], points["samples_per_s"], marker=marker, label=row)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(table.points["batch"].unique()), [str(int(b)) for b in sorted(table.points["batch"].unique())])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("batch")
+    ax.set_ylabel(f"{table.unit}/s")
+    ax.set_title(table.title, fontsize=9)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Path | None:
     """Time and memory of B over A per cell, side by side: red where B is slower (or larger)."""
     both = diff.dropna(subset=["ratio"])

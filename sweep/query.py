@@ -7,6 +7,7 @@ import pandas as pd
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.engine import Engine
 
+from .schema import SHAPE_COLUMNS
 from .store import CellRow, Run
 from .tables import BUSY_LOAD, cell_text
 
@@ -19,15 +20,11 @@ CELL_COLUMNS = [
     "mode",
     "quantization",
     "training",
-    "tokens",
-    "text_tokens",
-    "height",
-    "width",
-    "frames",
-    "batch",
+    *SHAPE_COLUMNS,
     "status",
     "reason",
     "sec_per_step",
+    "samples_per_s",
     "iqr_s",
     "peak_bytes",
     "host_offload_peak_bytes",

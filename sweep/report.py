@@ -13,6 +13,7 @@ from .matrices import Matrix, build_matrices
 from .plan import PLANNED
 from .query import load_cells, select_runs
 from .tables import splice, wrap
+from .throughput import BatchTable, batch_tables
 
 
 def family_notes(family: str) -> list[str]:
@@ -29,7 +30,9 @@ def family_notes(family: str) -> list[str]:
     return notes
 
 
-def family_page(family: str, matrices: list[Matrix], plots: dict[str, list[Path]], out_dir: Path) -> str:
+def family_page(
+    family: str, matrices: list[Matrix], batches: list[BatchTable], plots: dict[str, list[Path]], out_dir: Path
+) -> str:
     parts = [
         f"# {family}\n",
         *(f"{note}\n" for note in family_notes(family)),
@@ -42,6 +45,11 @@ def family_page(family: str, matrices: list[Matrix], plots: dict[str, list[Path]
         parts.append(wrap(matrix.table_id, matrix.markdown()) + "\n")
         for plot in plots.get(matrix.table_id, []):
             parts.append(f"![{plot.stem}]({plot.relative_to(out_dir).as_posix()})\n")
+    for table in batches:
+        parts.append(f"## {table.title}\n")
+        parts.append(wrap(table.table_id, table.markdown()) + "\n")
+        for plot in plots.get(table.table_id, []):
+            parts.append(f"![{plot.stem}]({plot.relative_to(out_dir).as_posix()})\n")
     return "\n".join(parts)
 
 
@@ -53,13 +61,16 @@ def write_reports(
     everything = load_cells(engine, run_ids)
     planned = everything["provenance"] == PLANNED
     cells, plans = everything[~planned], everything[planned]
-    matrices = build_matrices(cells)
+    matrices, batches = build_matrices(cells), batch_tables(cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, plots = [], {}
     if with_plots:
-        from .plots import matrix_plots
+        from .plots import matrix_plots, throughput_plot
 
         plots = matrix_plots(cells, matrices, out_dir / "plots")
+        for table in batches:
+            name = "".join(c if c.isalnum() or c in "-." else "-" for c in table.table_id)
+            plots[table.table_id] = [throughput_plot(table, out_dir / "plots" / f"{name}.png")]
         written += [p for paths in plots.values() for p in paths]
     index = [
         "# ckpt-sweep reports\n",
@@ -70,7 +81,8 @@ def write_reports(
     for family in sorted({m.family for m in matrices}):
         family_matrices = [m for m in matrices if m.family == family]
         page = out_dir / f"{family}.md"
-        page.write_text(family_page(family, family_matrices, plots, out_dir))
+        family_batches = [t for t in batches if t.family == family]
+        page.write_text(family_page(family, family_matrices, family_batches, plots, out_dir))
         written.append(page)
         sources = sorted({s for m in family_matrices for s in m.sources})
         index.append(f"| [{family}]({page.name}) | {len(family_matrices)} | {'; '.join(sources)} |")

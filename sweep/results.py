@@ -75,3 +75,10 @@ def step_statistics(samples: list[tuple[float, bool]]) -> dict[str, float | int 
         "min_s": float(measured.min()),
         "max_s": float(measured.max()),
     }
+
+
+def throughput(samples_per_step: int | None, sec_per_step: float | None) -> float | None:
+    """Samples per second of a measured step (None where either is unknown)."""
+    if not samples_per_step or not sec_per_step:
+        return None
+    return samples_per_step / sec_per_step

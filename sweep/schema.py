@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 JSON_OR_NULL = JSON(none_as_null=True)  # None is SQL NULL, not the JSON text 'null'
 
 
@@ -92,6 +92,10 @@ class CellRow(Base):
     width: Mapped[int | None]
     frames: Mapped[int | None]
     batch: Mapped[int | None]
+    # throughput: what one step trains on (images, video frames, clips, sequences) and how fast
+    samples_per_step: Mapped[int | None]
+    sample_unit: Mapped[str | None] = mapped_column(String(20))
+    samples_per_s: Mapped[float | None] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
@@ -141,4 +145,4 @@ class Sample(Base):
 
 
 # Shape columns, as recorded from a builder's description of a cell's shape.
-SHAPE_COLUMNS = ("tokens", "text_tokens", "height", "width", "frames", "batch")
+SHAPE_COLUMNS = ("tokens", "text_tokens", "height", "width", "frames", "batch", "samples_per_step", "sample_unit")

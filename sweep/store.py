@@ -29,7 +29,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session
 
 from .migrations import SchemaTooNew, schema_version, upgrade
-from .results import CellResult
+from .results import CellResult, throughput
 from .schema import SCHEMA_VERSION, SHAPE_COLUMNS, CellRow, Run, Sample, now
 
 SCHEMA_LOCK_ID = 0x636B7074  # "ckpt": the advisory lock schema changes take on PostgreSQL
@@ -325,6 +325,7 @@ def _cell_row(
         host=(worker or {}).get("host"),
         wall_s=result.timings.get("wall_s"),
         **{k: (shape or {}).get(k) for k in SHAPE_COLUMNS},
+        samples_per_s=throughput((shape or {}).get("samples_per_step"), result.sec_per_step),
         **result.columns(),
     )
     row.samples = [Sample(step=i, seconds=s, warmup=w) for i, (s, w) in enumerate(result.samples)]

@@ -283,3 +283,15 @@ def test_forked_workers_plan_what_one_process_plans_after_the_parent_ran_paralle
     forked = json.loads(done.stdout.strip().splitlines()[-1])
     plan = plan_schedules(ShallowPredictor(BUILDS["synthetic"], "cpu", training="lora"), CPU_MODEL)
     assert forked == {repr(c.config): c.peak_bytes for c in plan.candidates}
+
+
+def test_a_list_too_short_to_grow_from_its_shallow_base_is_predicted_as_it_is():
+    """Eleven blocks: a cut of interval 2 stride 4 at 8 blocks would grow to 8 + 4 + 2 (it raised
+    'cannot keep 14 of the 11 blocks'); it is predicted at its own depth instead."""
+    predictor = ShallowPredictor(lambda **kw: synthetic.build("cpu-256", depth=11, **kw), "cpu", training="lora")
+    plan = plan_schedules(predictor, CPU_MODEL)
+    strided = [c for c in plan.candidates if c.config.stride == 4 and c.config.blocks in (8, 9, None)]
+    assert len(strided) == 6  # 8, 9 and all 11 blocks, with and without attention offload
+    for candidate in strided:
+        full = predictor.full(candidate.config)
+        assert math.isclose(candidate.peak_bytes, full.peak_bytes, rel_tol=0.02), describe(candidate.config)

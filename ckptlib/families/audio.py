@@ -55,5 +55,6 @@ FAMILIES = (
         attention=("self_attn", "cross_attn"),
         feed_forward=("mlp",),
         blocks_note="audio: a preset's frames are latent frames of the 1-D audio sequence",
+        sample_unit="clips",
     ),
 )

@@ -49,6 +49,9 @@ class Family:
     # diffusers computes in fp32 everywhere): embeddings of modules the class keeps in fp32
     fp32_inputs: tuple[str, ...] = ()
     unsupported: str | None = None  # why the family cannot be built at all
+    # what a training sample is, for throughput (samples/s): None for images, or frames where the
+    # shape has frames (video); audio families count clips
+    sample_unit: str | None = None
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists

@@ -47,9 +47,12 @@ def resolve_shape(family: str, preset: str, **overrides) -> FamilyShape:
 
 def describe_shape(family: str, preset: str, **overrides) -> dict:
     """What a cell's shape means: image tokens and text tokens as the transformer sees them, the
-    resolution, frames and batch."""
+    resolution, frames and batch, and the samples a step trains on (images, video frames, clips)."""
     shape = resolve_shape(family, preset, **overrides)
+    unit = get(family).sample_unit or ("frames" if shape.frames else "images")
     return {
+        "samples_per_step": shape.batch * (shape.frames if unit == "frames" else 1),
+        "sample_unit": unit,
         "tokens": get(family).image_tokens(preset, shape),
         "text_tokens": shape.text_tokens,
         "height": shape.height,

@@ -1,0 +1,79 @@
+"""Throughput: samples per second (images, video frames, audio clips, sequences) of measured steps,
+and the batch tables of the docs' batch-scaling study (H200: batch 10 in 0.612 s, batch 20 in
+1.223 s, both about 16.35 images/s).
+
+A batch table has one row per mode and one column per batch; a cell reads `0.612s · 16.3 images/s`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .matrices import variant
+from .status import Status
+from .tables import FAMILY_MODES, SYNTHETIC_COLUMNS
+
+MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
+
+
+@dataclass
+class BatchTable:
+    table_id: str
+    family: str
+    title: str
+    frame: pd.DataFrame
+    unit: str  # images, frames, clips, sequences
+    points: pd.DataFrame  # row (mode and variant), batch, samples_per_s: what the plot draws
+
+    def markdown(self) -> str:
+        table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
+        return f"{table}\n\nEach cell: median sec/step · {self.unit}/s (batch x samples per item / sec/step)."
+
+
+def batch_tables(cells: pd.DataFrame) -> list[BatchTable]:
+    """A table for every family, run, hardware, preset and precision measured at two or more batches."""
+    measured = cells[(cells["status"] == Status.OK) & cells["samples_per_s"].notna() & cells["batch"].notna()]
+    tables = []
+    keys = ["family", "run_name", "hardware", "preset", "tokens", "quantization", "sample_unit"]
+    for (family, run, hardware, preset, tokens, quantization, unit), group in measured.groupby(
+        keys, sort=True, dropna=False
+    ):
+        if group["batch"].nunique() < 2:
+            continue
+        labels = SYNTHETIC_COLUMNS if family == "synthetic" else {}
+        rank = {m: i for i, m in enumerate(MODE_ORDER)}
+        group = group.assign(
+            row=[_row(config, labels.get(mode, mode), mode) for config, mode in zip(group["config"], group["mode"])],
+            rank=[rank.get(mode, len(rank)) for mode in group["mode"]],
+        ).sort_values(["rank", "row", "batch"])
+        frame = _pivot(group)
+        shape = f"{preset}" + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
+        precision = "" if quantization == "none" else f", {quantization}"
+        table_id = f"{family}/{run}/{hardware}/{shape}{precision}/batch"
+        title = f"{family}: throughput by batch, {shape}{precision} on {hardware} ({run})"
+        points = group[["row", "batch", "samples_per_s"]]
+        tables.append(BatchTable(table_id, family, title, frame, unit, points))
+    return tables
+
+
+def _pivot(group: pd.DataFrame) -> pd.DataFrame:
+    text = [
+        f"{s:.4f}s · {t:.3g} {u}/s"
+        for s, t, u in zip(group["sec_per_step"], group["samples_per_s"], group["sample_unit"])
+    ]
+    group = group.assign(text=text, batch_label=[f"batch {int(b)}" for b in group["batch"]])
+    if group.duplicated(["row", "batch_label"]).any():  # never one figure standing for two cells
+        raise AssertionError("two cells share a batch table row and column")
+    matrix = group.pivot_table(index="row", columns="batch_label", values="text", aggfunc="first")
+    batches = sorted(matrix.columns, key=lambda label: int(label.split()[1]))
+    matrix = matrix.reindex(index=list(dict.fromkeys(group["row"])), columns=batches).fillna("")
+    matrix.columns.name = None
+    return matrix.reset_index().rename(columns={"row": "Mode"})
+
+
+def _row(config, label: str, mode: str) -> str:
+    """The mode and whatever else tells its cells apart, the batch aside (the columns say it)."""
+    other = variant(config, mode, shown_elsewhere=("shape.batch",))
+    return f"{label} ({other})" if other else label
