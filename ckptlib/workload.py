@@ -43,15 +43,19 @@ class Workload:
         """What a first step leaves for every later one, without the step: the target (drawn from
         a forward without autograd) and the optimizer's state (a step on zero gradients). Predictions
         settle instead of stepping: same state, a third of the work."""
-        if self.target is None:
-            with torch.no_grad():
-                self._draw_target(prediction(self.model(*self.args, **self.kwargs)))
+        self.draw_target()
         if self.optimizer is not None:
             for group in self.optimizer.param_groups:
                 for p in group["params"]:
                     p.grad = torch.zeros_like(p)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+
+    def draw_target(self) -> None:
+        """The target a first step would draw, drawn now (from a forward without autograd)."""
+        if self.target is None:
+            with torch.no_grad():
+                self._draw_target(prediction(self.model(*self.args, **self.kwargs)))
 
     def _draw_target(self, out: torch.Tensor) -> None:
         if self.target is None:  # the prediction's shape is the family's business: draw it once

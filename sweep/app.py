@@ -79,7 +79,9 @@ def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
     if cfg.skip_predicted_oom:
         skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
     host_budget = cpu_guard.host_budget_bytes() if device == "cpu" and not cfg.run.allow_large_cpu else None
-    settings = MeasureSettings(device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over, host_budget)
+    settings = MeasureSettings(
+        device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over, host_budget, cfg.measure.numerics
+    )
     return measure_cell, (cell.as_dict(), settings)
 
 

@@ -12,7 +12,12 @@ import torch
 from ckptlib import CheckpointConfig
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 
-LATER_FIELDS = {"dtype": "auto", "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH, "blocks": None}
+LATER_FIELDS = {
+    "dtype": "auto",
+    "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH,
+    "blocks": None,
+    "attention": "auto",
+}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -40,6 +45,7 @@ class Cell:
     shape: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's shape
     seed: int = 0
     dtype: str = "auto"  # auto: bf16 on accelerators, fp32 on CPU
+    attention: str = "auto"  # the SDPA kernel (ckptlib.attention.BACKENDS)
 
     @property
     def key(self) -> str:
@@ -94,6 +100,7 @@ def cell_from_config(cfg) -> Cell:
         quantization=cfg.quantization.name,
         training=_word(cfg.training),
         dtype=_word(cfg.dtype),
+        attention=_word(cfg.attention),
         lora_rank=int(cfg.lora_rank),
         pin_memory_max_buckets=int(cfg.pin_memory_max_buckets),
         offload_stash_depth=int(cfg.offload_stash_depth),

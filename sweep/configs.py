@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from ckptlib import MODES, CheckpointConfig
+from ckptlib.attention import BACKENDS as ATTENTION_BACKENDS
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.workload import TRAINING_MODES
@@ -27,6 +28,7 @@ from .tables import SYNTHETIC_COLUMNS
 Training = Enum("Training", {mode: mode for mode in TRAINING_MODES})
 Rerun = Enum("Rerun", {"none": "none", "failed": "failed", "all": "all"})
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPES)})
+Attention = Enum("Attention", {name: name for name in ATTENTION_BACKENDS})
 
 
 @dataclass
@@ -60,6 +62,9 @@ class MeasureConfig:
     warmup_steps: int = 5  # recorded, excluded from sec/step
     steps: int = 20
     timeout_s: float = 900  # per cell, wall clock
+    # before the timed steps, on copies: loss and gradient error against an fp32 math-backend
+    # reference of the same weights and inputs (ckptlib.attention.numerics)
+    numerics: bool = False
 
 
 @dataclass
@@ -89,6 +94,7 @@ class SweepConfig:
     training: Training = Training.lora  # lora | frozen | full
     lora_rank: int = 16
     dtype: Dtype = Dtype.auto  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp16 | fp32
+    attention: Attention = Attention.auto  # the SDPA kernel: auto (torch chooses) | math | flash | efficient | cudnn
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
     offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH  # device-to-host copies in flight (CUDA)
     device: str = "auto"  # auto | cpu | cuda | cuda:N

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Engine
 
 from ckptlib.units import GIB, MIB
 
+from .attention_tables import AttentionTable, attention_tables
 from .matrices import Matrix, build_matrices
 from .plan import PLANNED
 from .query import load_cells, select_runs
@@ -31,7 +32,11 @@ def family_notes(family: str) -> list[str]:
 
 
 def family_page(
-    family: str, matrices: list[Matrix], batches: list[BatchTable], plots: dict[str, list[Path]], out_dir: Path
+    family: str,
+    matrices: list[Matrix],
+    studies: list[BatchTable | AttentionTable],
+    plots: dict[str, list[Path]],
+    out_dir: Path,
 ) -> str:
     parts = [
         f"# {family}\n",
@@ -45,7 +50,7 @@ def family_page(
         parts.append(wrap(matrix.table_id, matrix.markdown()) + "\n")
         for plot in plots.get(matrix.table_id, []):
             parts.append(f"![{plot.stem}]({plot.relative_to(out_dir).as_posix()})\n")
-    for table in batches:
+    for table in studies:
         parts.append(f"## {table.title}\n")
         parts.append(wrap(table.table_id, table.markdown()) + "\n")
         for plot in plots.get(table.table_id, []):
@@ -61,7 +66,7 @@ def write_reports(
     everything = load_cells(engine, run_ids)
     planned = everything["provenance"] == PLANNED
     cells, plans = everything[~planned], everything[planned]
-    matrices, batches = build_matrices(cells), batch_tables(cells)
+    matrices, batches, attention = build_matrices(cells), batch_tables(cells), attention_tables(cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, plots = [], {}
     if with_plots:
@@ -81,8 +86,8 @@ def write_reports(
     for family in sorted({m.family for m in matrices}):
         family_matrices = [m for m in matrices if m.family == family]
         page = out_dir / f"{family}.md"
-        family_batches = [t for t in batches if t.family == family]
-        page.write_text(family_page(family, family_matrices, family_batches, plots, out_dir))
+        studies = [t for t in [*batches, *attention] if t.family == family]
+        page.write_text(family_page(family, family_matrices, studies, plots, out_dir))
         written.append(page)
         sources = sorted({s for m in family_matrices for s in m.sources})
         index.append(f"| [{family}]({page.name}) | {len(family_matrices)} | {'; '.join(sources)} |")

@@ -37,6 +37,10 @@ class CellResult:
     weight_bytes: int | None = None  # storage of the base weights (quantized or not)
     breakdown: dict[str, int] | None = None  # bytes by category at the peak
     device_name: str | None = None
+    attention_backend: str | None = None  # the SDPA kernel(s) that ran: flash, math, ... (checked)
+    # measure.numerics: against an fp32 math-backend reference of the same weights and inputs
+    loss_rel_error: float | None = None
+    grad_rel_error: float | None = None  # relative L2 error of every trainable gradient
     # The host's 1-minute load average over its cores when the measured steps ended: above 1, other
     # work competed for the CPU (reports flag such CPU cells).
     host_load: float | None = None

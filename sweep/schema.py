@@ -117,6 +117,9 @@ class CellRow(Base):
     weight_bytes: Mapped[int | None]
     breakdown: Mapped[dict[str, Any] | None]
     device_name: Mapped[str | None] = mapped_column(String(200))
+    attention_backend: Mapped[str | None] = mapped_column(String(60))
+    loss_rel_error: Mapped[float | None] = mapped_column(Float)
+    grad_rel_error: Mapped[float | None] = mapped_column(Float)
     host_load: Mapped[float | None] = mapped_column(Float)
     report: Mapped[dict[str, Any] | None]
     plan: Mapped[dict[str, Any] | None]

@@ -28,6 +28,7 @@ class MeasureSettings:
     steps: int
     skip_over_bytes: int | None = None  # predict first; a cell predicted over this card is not run
     host_budget_bytes: int | None = None  # a CPU cell predicted to need more host memory is not run
+    numerics: bool = False  # loss and gradient error against an fp32 math reference, before the steps
 
 
 def _quiet(phase: str) -> None:
@@ -124,6 +125,7 @@ def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timing
 def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[str], None] = _quiet) -> CellResult:
     """Runs inside the cell's child process; `progress` hears its phase (build, warmup i/n, step i/n)."""
     import ckptlib
+    from ckptlib import attention
     from ckptlib.quantize import base_weight_bytes
 
     device = device_for(settings.device)
@@ -140,13 +142,22 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
         work = build(device=settings.device, **build_kwargs(cell))
         if not isinstance(work, ckptlib.Workload):
             raise TypeError(wrong_type(work))
+        # which kernel runs (a kernel the device lacks: unsupported), from a forward with autograd
+        # outside the timed steps
+        ran = attention.backends_that_ran(attention.forward_with_grad(work), cell.attention)
+        errors = {}
+        if settings.numerics:
+            progress("numerics")
+            found = attention.numerics(work, config, cell.attention, ckptlib.apply)
+            errors = {"loss_rel_error": found.loss_rel_error, "grad_rel_error": found.grad_rel_error}
         handle = ckptlib.apply(work.model, config, work.spec)
         timings["build_s"] = time.perf_counter() - tic
-        samples, losses, first_step_peak = timed_steps(
-            work.step, device, settings.warmup_steps, settings.steps, progress=progress
-        )
-        progress("memory")
-        memory = device.memory(work)
+        with attention.attention_backend(cell.attention):
+            samples, losses, first_step_peak = timed_steps(
+                work.step, device, settings.warmup_steps, settings.steps, progress=progress
+            )
+            progress("memory")
+            memory = device.memory(work)
         if "memory_step_s" in memory:
             timings["memory_step_s"] = memory.pop("memory_step_s")
         report = handle.report
@@ -162,6 +173,8 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
             report=report.as_dict(),
             plan=report.plans,
             device_name=device.name(),
+            attention_backend=ran,
+            **errors,
             host_load=device.load(),
             timings=timings,
         )

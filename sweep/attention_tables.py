@@ -1,0 +1,75 @@
+"""The attention-backend study as tables (the docs' Qwen Image 2.1 study): for each family, run,
+hardware, preset and precision measured under two or more SDPA backends or with numerics, one row
+per mode and backend asked for: the kernel that ran, sec/step, peak, and the loss and gradient
+error against the fp32 math-backend reference (`measure.numerics=true`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .matrices import precision, table_unit
+from .query import cell_texts
+from .tables import FAMILY_MODES, SYNTHETIC_COLUMNS
+
+MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
+
+
+@dataclass
+class AttentionTable:
+    table_id: str
+    family: str
+    title: str
+    frame: pd.DataFrame
+
+    def markdown(self) -> str:
+        table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
+        return (
+            f"{table}\n\nRan: the SDPA kernel(s) torch used (checked on a forward, not assumed). Errors: "
+            "relative to one step of the same weights and inputs in fp32 with the math backend and no "
+            "checkpointing (blank without `measure.numerics=true`)."
+        )
+
+
+def attention_tables(cells: pd.DataFrame) -> list[AttentionTable]:
+    cells = cells.assign(
+        asked=[(c or {}).get("attention", "auto") if isinstance(c, dict) else "auto" for c in cells["config"]],
+        precision=precision(cells) if len(cells) else [],
+    )
+    tables = []
+    keys = ["family", "run_name", "hardware", "preset", "tokens", "precision"]
+    for (family, run, hardware, preset, tokens, label), group in cells.groupby(
+        keys, sort=True, dropna=False, observed=True
+    ):
+        if group["asked"].nunique() < 2 and group["grad_rel_error"].isna().all():
+            continue
+        shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
+        title = f"{family}: attention backends, {shape}, {label} on {hardware} ({run})"
+        table_id = f"{family}/{run}/{hardware}/{shape}/{label}/attention"
+        tables.append(AttentionTable(table_id, family, title, _rows(group)))
+    return tables
+
+
+def _rows(group: pd.DataFrame) -> pd.DataFrame:
+    labels = SYNTHETIC_COLUMNS if (group["family"] == "synthetic").all() else {}
+    rank = {m: i for i, m in enumerate(MODE_ORDER)}
+    group = group.assign(
+        text=cell_texts(group, table_unit(group)),
+        _rank=[rank.get(m, len(rank)) for m in group["mode"]],
+    ).sort_values(["_rank", "asked"])
+    return pd.DataFrame(
+        {
+            "Mode": [labels.get(m, m) for m in group["mode"]],
+            "Attention": group["asked"],
+            "Ran": group["attention_backend"].fillna(""),
+            "sec/step / peak": group["text"],
+            "loss error": [_error(v) for v in group["loss_rel_error"]],
+            "gradient error": [_error(v) for v in group["grad_rel_error"]],
+            "why not": [reason if status != "ok" else "" for status, reason in zip(group["status"], group["reason"])],
+        }
+    )
+
+
+def _error(value) -> str:
+    return "" if pd.isna(value) else f"{value:.3g}"

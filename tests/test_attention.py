@@ -1,0 +1,90 @@
+"""The attention axis: the SDPA kernel asked for is the one that ran (checked by the ops it
+dispatched), a kernel the device lacks is unsupported with the reason, and the numerics column is
+0 for the reference itself and positive where the arithmetic differs (bf16, a fused kernel)."""
+
+import pytest
+import torch
+
+import ckptlib
+from ckptlib import CheckpointConfig, UnsupportedModeError, synthetic
+from ckptlib.attention import backends_that_ran, forward_with_grad, numerics
+from ckptlib.families import build as build_family
+
+from .sweep_helpers import FAST, query, run_sweep
+
+
+def flux(dtype=torch.float32):
+    return build_family("flux1", "tiny", dtype=dtype)
+
+
+def test_the_kernel_that_ran_is_read_from_the_dispatched_ops():
+    work = flux()
+    assert backends_that_ran(forward_with_grad(work), "math") == "math"
+    assert backends_that_ran(forward_with_grad(work), "flash") == "flash"  # CPU's fused kernel
+    assert backends_that_ran(forward_with_grad(work), "auto") in {"flash", "math"}
+    assert backends_that_ran(lambda: torch.ones(2) * 2, "auto") == "none"
+
+
+def test_a_kernel_the_device_lacks_is_unsupported_with_the_reason():
+    with pytest.raises(UnsupportedModeError, match="attention=efficient: no efficient SDPA kernel"):
+        backends_that_ran(forward_with_grad(flux()), "efficient")
+    with pytest.raises(ValueError, match="unknown attention backend 'fast'; valid: auto, math"):
+        backends_that_ran(forward_with_grad(flux()), "fast")
+
+
+def test_numerics_are_zero_for_the_reference_and_positive_where_arithmetic_differs():
+    work = flux()
+    before = [p.detach().clone() for p in work.model.parameters()]
+    same = numerics(work, CheckpointConfig("none"), "math", ckptlib.apply)
+    assert same.loss_rel_error == 0 and same.grad_rel_error == 0
+    recomputed = numerics(work, CheckpointConfig("torch"), "math", ckptlib.apply)
+    assert recomputed.grad_rel_error == 0  # recompute is bitwise (tests/test_apply.py)
+    fused = numerics(work, CheckpointConfig("torch"), "flash", ckptlib.apply)
+    assert 0 < fused.grad_rel_error < 1e-4
+    assert all(torch.equal(a, b) for a, b in zip(before, work.model.parameters()))  # copies only
+    bf16 = numerics(flux(torch.bfloat16), CheckpointConfig("none"), "math", ckptlib.apply)
+    assert bf16.grad_rel_error > 1e-3 and bf16.loss_rel_error > 0
+
+
+def test_dropout_draws_the_same_masks_in_both_steps():
+    work = synthetic.build("tiny")  # dropout 0.1
+    assert numerics(work, CheckpointConfig("torch"), "math", ckptlib.apply).grad_rel_error == 0
+
+
+def test_the_attention_axis_through_the_sweep_and_its_table(tmp_path):
+    from sweep.cli import main
+
+    db = tmp_path / "a.db"
+    done = run_sweep(
+        db, "sweep=none", "family=flux1", "preset=tiny", "mode=none,layer", "attention=math,flash,efficient",
+        "measure.numerics=true", *FAST,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = query(
+        db,
+        "select mode, json_extract(config, '$.attention'), status, attention_backend, grad_rel_error, reason "
+        "from cells",
+    )
+    by = {(mode, asked): rest for mode, asked, *rest in rows}
+    assert by[("none", "math")][:3] == ["ok", "math", 0.0]
+    assert by[("layer", "flash")][:2] == ["ok", "flash"] and 0 < by[("layer", "flash")][2] < 1e-4
+    status, ran, error, reason = by[("none", "efficient")]
+    assert status == "unsupported" and ran is None and reason.startswith("attention=efficient: no efficient")
+    out = tmp_path / "reports"
+    main(["report", "--db", f"sqlite:///{db}", "--out", str(out)])
+    page = (out / "flux1.md").read_text()
+    table = page[page.index("attention backends") :].split("\nRan:")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[5:] if line.startswith("|")]
+    assert [r[:3] for r in rows] == [
+        ["none", "efficient", ""], ["none", "flash", "flash"], ["none", "math", "math"],
+        ["layer", "efficient", ""], ["layer", "flash", "flash"], ["layer", "math", "math"],
+    ]  # fmt: skip
+    assert rows[0][3] == "unsupported" and rows[0][6].startswith("attention=efficient")
+    assert rows[2][5] == "0" and float(rows[1][5]) > 0
+
+
+def test_a_bad_attention_value_is_refused_in_one_line(tmp_path):
+    done = run_sweep(tmp_path / "a.db", "sweep=none", "preset=tiny", "mode=none", "attention=fast", *FAST)
+    assert done.returncode != 0
+    assert "attention" in done.stderr and "fast" in done.stderr
+    assert not (tmp_path / "a.db").exists()
