@@ -299,6 +299,8 @@ def test_flux1_dev_sees_4096_image_tokens_at_1024_and_wan_14b_32760():
         "width": 1024,
         "frames": None,
         "batch": 1,
+        "samples_per_step": 1,
+        "sample_unit": "images",
     }
     assert describe_shape("wan", "t2v-14b")["tokens"] == 21 * 30 * 52
     assert describe_shape("sdxl", "sdxl")["tokens"] is None  # a UNet: no token sequence
