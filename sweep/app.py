@@ -80,7 +80,14 @@ def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
         skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
     host_budget = cpu_guard.host_budget_bytes() if device == "cpu" and not cfg.run.allow_large_cpu else None
     settings = MeasureSettings(
-        device, cfg.measure.warmup_steps, cfg.measure.steps, skip_over, host_budget, cfg.measure.numerics
+        device,
+        cfg.measure.warmup_steps,
+        cfg.measure.steps,
+        skip_over,
+        host_budget,
+        cfg.measure.numerics,
+        cfg.measure.profile_steps if cfg.measure.profile else 0,
+        str(store.trace_folder(str(cfg.db.url))),
     )
     return measure_cell, (cell.as_dict(), settings)
 

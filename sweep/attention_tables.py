@@ -5,34 +5,20 @@ error against the fp32 math-backend reference (`measure.numerics=true`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
 from .matrices import precision, table_unit
 from .query import cell_texts
-from .tables import FAMILY_MODES, SYNTHETIC_COLUMNS
+from .tables import MODE_ORDER, SYNTHETIC_COLUMNS, StudyTable
 
-MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
-
-
-@dataclass
-class AttentionTable:
-    table_id: str
-    family: str
-    title: str
-    frame: pd.DataFrame
-
-    def markdown(self) -> str:
-        table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
-        return (
-            f"{table}\n\nRan: the SDPA kernel(s) torch used (checked on a forward, not assumed). Errors: "
-            "relative to one step of the same weights and inputs in fp32 with the math backend and no "
-            "checkpointing (blank without `measure.numerics=true`)."
-        )
+LEGEND = (
+    "Ran: the SDPA kernel(s) torch used (checked on a forward, not assumed). Errors: relative to one step "
+    "of the same weights and inputs in fp32 with the math backend and no checkpointing (blank without "
+    "`measure.numerics=true`)."
+)
 
 
-def attention_tables(cells: pd.DataFrame) -> list[AttentionTable]:
+def attention_tables(cells: pd.DataFrame) -> list[StudyTable]:
     cells = cells.assign(
         asked=[(c or {}).get("attention", "auto") if isinstance(c, dict) else "auto" for c in cells["config"]],
         precision=precision(cells) if len(cells) else [],
@@ -47,7 +33,7 @@ def attention_tables(cells: pd.DataFrame) -> list[AttentionTable]:
         shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
         title = f"{family}: attention backends, {shape}, {label} on {hardware} ({run})"
         table_id = f"{family}/{run}/{hardware}/{shape}/{label}/attention"
-        tables.append(AttentionTable(table_id, family, title, _rows(group)))
+        tables.append(StudyTable(table_id, family, title, _rows(group), LEGEND))
     return tables
 
 

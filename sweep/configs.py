@@ -65,6 +65,10 @@ class MeasureConfig:
     # before the timed steps, on copies: loss and gradient error against an fp32 math-backend
     # reference of the same weights and inputs (ckptlib.attention.numerics)
     numerics: bool = False
+    # after the timed steps: profile_steps more under torch.profiler, summarised, the trace kept in
+    # traces/ beside the database (sweep/scenarios/profile.py); profiled steps are never timed
+    profile: bool = False
+    profile_steps: int = 3
 
 
 @dataclass

@@ -21,10 +21,9 @@ from .matrices import table_unit, variant
 from .query import cell_texts, load_cells, load_runs, select_runs
 from .status import Status
 from .store import CellRow, Sample
-from .tables import FAMILY_MODES, NOT_RUN, SYNTHETIC_COLUMNS, UNITS
+from .tables import MODE_ORDER, NOT_RUN, UNITS
 
 COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
-MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
 FACTOR = 1.1  # asv's default: a change smaller than 10% is not reported as one
 ALPHA = 0.05
 

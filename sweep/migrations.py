@@ -5,7 +5,8 @@ Version 0 is an empty database; version 1 the first round's schema (tables, no v
 version 2 widens byte and count columns to 64 bits, keeps every attempt of a cell, records the
 shape the model saw and the versions that measured each cell, and stores empty JSON as NULL;
 version 3 adds the spread of the measured steps and the host's load; version 4 the throughput
-(samples per step, their unit, samples/s), the attention kernel that ran and the numerics columns.
+(samples per step, their unit, samples/s), the attention kernel that ran, the numerics columns and
+the profile summary.
 Upgrades run in the caller's transaction: a failed one leaves the database as it was.
 """
 

@@ -191,7 +191,7 @@ def throughput_plot(table, path: Path) -> Path:
     ax.set_xticks(sorted(table.points["batch"].unique()), [str(int(b)) for b in sorted(table.points["batch"].unique())])
     ax.set_ylim(bottom=0)
     ax.set_xlabel("batch")
-    ax.set_ylabel(f"{table.unit}/s")
+    ax.set_ylabel(f"{table.points['unit'].iloc[0]}/s")
     ax.set_title(table.title, fontsize=9)
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -28,6 +28,7 @@ CELL_COLUMNS = [
     "attention_backend",
     "loss_rel_error",
     "grad_rel_error",
+    "profile",
     "iqr_s",
     "peak_bytes",
     "host_offload_peak_bytes",

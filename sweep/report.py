@@ -9,12 +9,13 @@ from sqlalchemy.engine import Engine
 
 from ckptlib.units import GIB, MIB
 
-from .attention_tables import AttentionTable, attention_tables
+from .attention_tables import attention_tables
 from .matrices import Matrix, build_matrices
 from .plan import PLANNED
+from .profile_tables import profile_tables
 from .query import load_cells, select_runs
-from .tables import splice, wrap
-from .throughput import BatchTable, batch_tables
+from .tables import StudyTable, splice, wrap
+from .throughput import batch_tables
 
 
 def family_notes(family: str) -> list[str]:
@@ -34,7 +35,7 @@ def family_notes(family: str) -> list[str]:
 def family_page(
     family: str,
     matrices: list[Matrix],
-    studies: list[BatchTable | AttentionTable],
+    studies: list[StudyTable],
     plots: dict[str, list[Path]],
     out_dir: Path,
 ) -> str:
@@ -66,7 +67,8 @@ def write_reports(
     everything = load_cells(engine, run_ids)
     planned = everything["provenance"] == PLANNED
     cells, plans = everything[~planned], everything[planned]
-    matrices, batches, attention = build_matrices(cells), batch_tables(cells), attention_tables(cells)
+    matrices = build_matrices(cells)
+    batches, attention, profiles = batch_tables(cells), attention_tables(cells), profile_tables(cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, plots = [], {}
     if with_plots:
@@ -86,7 +88,7 @@ def write_reports(
     for family in sorted({m.family for m in matrices}):
         family_matrices = [m for m in matrices if m.family == family]
         page = out_dir / f"{family}.md"
-        studies = [t for t in [*batches, *attention] if t.family == family]
+        studies = [t for t in [*batches, *attention, *profiles] if t.family == family]
         page.write_text(family_page(family, family_matrices, studies, plots, out_dir))
         written.append(page)
         sources = sorted({s for m in family_matrices for s in m.sources})

@@ -41,6 +41,7 @@ class CellResult:
     # measure.numerics: against an fp32 math-backend reference of the same weights and inputs
     loss_rel_error: float | None = None
     grad_rel_error: float | None = None  # relative L2 error of every trainable gradient
+    profile: dict[str, Any] | None = None  # measure.profile: the capture's summary (sweep/scenarios/profile.py)
     # The host's 1-minute load average over its cores when the measured steps ended: above 1, other
     # work competed for the CPU (reports flag such CPU cells).
     host_load: float | None = None

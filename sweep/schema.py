@@ -120,6 +120,7 @@ class CellRow(Base):
     attention_backend: Mapped[str | None] = mapped_column(String(60))
     loss_rel_error: Mapped[float | None] = mapped_column(Float)
     grad_rel_error: Mapped[float | None] = mapped_column(Float)
+    profile: Mapped[dict[str, Any] | None]
     host_load: Mapped[float | None] = mapped_column(Float)
     report: Mapped[dict[str, Any] | None]
     plan: Mapped[dict[str, Any] | None]

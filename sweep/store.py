@@ -332,6 +332,13 @@ def _cell_row(
     return row
 
 
+def trace_folder(url: str) -> Path:
+    """Where profiled cells' traces go: traces/ beside a SQLite file, or in the current folder."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url.removeprefix("sqlite:///")).resolve().parent / "traces"
+    return Path("traces").resolve()
+
+
 def record_cell(
     engine: Engine,
     run_id: int,

@@ -27,6 +27,7 @@ SYNTHETIC_COLUMNS = {
     "unsloth": "Unsloth layer",
 }
 FAMILY_MODES = list(MODES)  # the family tables' columns: the docs' modes in the docs' order
+MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]  # every mode, in the order tables list them
 MODE_BY_COLUMN = {**{label: mode for mode, label in SYNTHETIC_COLUMNS.items()}, **{m: m for m in FAMILY_MODES}}
 QUANTIZATION_ORDER = list(QUANTIZATION_NAMES)  # the docs' row order
 _MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<size>\d+(?:\.\d+)?) (?P<unit>GiB|MiB)(?P<marks>( [~!])*)$")
@@ -139,3 +140,19 @@ def splice(document: str, tables: dict[str, str]) -> tuple[str, list[str]]:
 
     pattern = re.compile(r"<!-- sweep-matrix:start:(?P<id>[^ ]+) -->.*?<!-- sweep-matrix:end:(?P=id) -->", re.S)
     return pattern.sub(substitute, document), replaced
+
+
+@dataclass
+class StudyTable:
+    """One of the docs' other studies (batch, attention, profiles) as a table on a family's page."""
+
+    table_id: str
+    family: str
+    title: str
+    frame: object  # a pandas DataFrame
+    legend: str  # what its cells mean, printed under it
+    points: object = None  # what its plot draws, where it has one (a DataFrame)
+
+    def markdown(self) -> str:
+        table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
+        return f"{table}\n\n{self.legend}"

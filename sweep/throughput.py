@@ -7,32 +7,14 @@ A batch table has one row per mode and one column per batch; a cell reads `0.612
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
 from .matrices import variant
 from .status import Status
-from .tables import FAMILY_MODES, SYNTHETIC_COLUMNS
-
-MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]
+from .tables import MODE_ORDER, SYNTHETIC_COLUMNS, StudyTable
 
 
-@dataclass
-class BatchTable:
-    table_id: str
-    family: str
-    title: str
-    frame: pd.DataFrame
-    unit: str  # images, frames, clips, sequences
-    points: pd.DataFrame  # row (mode and variant), batch, samples_per_s: what the plot draws
-
-    def markdown(self) -> str:
-        table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
-        return f"{table}\n\nEach cell: median sec/step · {self.unit}/s (batch x samples per item / sec/step)."
-
-
-def batch_tables(cells: pd.DataFrame) -> list[BatchTable]:
+def batch_tables(cells: pd.DataFrame) -> list[StudyTable]:
     """A table for every family, run, hardware, preset and precision measured at two or more batches."""
     measured = cells[(cells["status"] == Status.OK) & cells["samples_per_s"].notna() & cells["batch"].notna()]
     tables = []
@@ -53,8 +35,9 @@ def batch_tables(cells: pd.DataFrame) -> list[BatchTable]:
         precision = "" if quantization == "none" else f", {quantization}"
         table_id = f"{family}/{run}/{hardware}/{shape}{precision}/batch"
         title = f"{family}: throughput by batch, {shape}{precision} on {hardware} ({run})"
-        points = group[["row", "batch", "samples_per_s"]]
-        tables.append(BatchTable(table_id, family, title, frame, unit, points))
+        points = group[["row", "batch", "samples_per_s"]].assign(unit=unit)
+        legend = f"Each cell: median sec/step · {unit}/s (samples per step / sec/step)."
+        tables.append(StudyTable(table_id, family, title, frame, legend, points))
     return tables
 
 

@@ -107,6 +107,8 @@ def measure_problems(job: DictConfig) -> list[str]:
         problems.append(f"measure.steps must be at least 1 (a measured step), got {measure.steps}")
     if measure.warmup_steps < 0:
         problems.append(f"measure.warmup_steps must be 0 or more, got {measure.warmup_steps}")
+    if measure.profile and measure.profile_steps < 1:
+        problems.append(f"measure.profile_steps must be at least 1 to profile, got {measure.profile_steps}")
     if measure.timeout_s <= 0:
         problems.append(f"measure.timeout_s must be a positive number of seconds, got {measure.timeout_s:g}")
     return problems

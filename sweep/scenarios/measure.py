@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ckptlib.units import GIB
 
@@ -19,6 +20,7 @@ from ..status import Status
 from .common import build_kwargs, run_scenario
 from .devices import device_for
 from .predict import over_card, predict
+from .profile import profile_steps
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class MeasureSettings:
     skip_over_bytes: int | None = None  # predict first; a cell predicted over this card is not run
     host_budget_bytes: int | None = None  # a CPU cell predicted to need more host memory is not run
     numerics: bool = False  # loss and gradient error against an fp32 math reference, before the steps
+    profile_steps: int = 0  # steps profiled after the timed ones (0: none)
+    trace_dir: str | None = None  # where a profiled cell's trace goes (<cell key>.json)
 
 
 def _quiet(phase: str) -> None:
@@ -158,6 +162,12 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
             )
             progress("memory")
             memory = device.memory(work)
+            profiled = None
+            if settings.profile_steps:
+                progress("profile")
+                trace = Path(settings.trace_dir) / f"{cell.key}.json" if settings.trace_dir else None
+                on_cuda = str(settings.device).startswith("cuda")
+                profiled = profile_steps(work.step, device, settings.profile_steps, trace, on_cuda).as_dict()
         if "memory_step_s" in memory:
             timings["memory_step_s"] = memory.pop("memory_step_s")
         report = handle.report
@@ -174,6 +184,7 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
             plan=report.plans,
             device_name=device.name(),
             attention_backend=ran,
+            profile=profiled,
             **errors,
             host_load=device.load(),
             timings=timings,
