@@ -86,14 +86,11 @@ class _FusedOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def backends_that_ran(run: Callable[[], object], name: str = "auto") -> str:
-    """The SDPA kernels `run` used under backend `name`, as text ('flash', 'math', 'flash, math' for a
-    model whose attentions took different kernels; 'none' without an SDPA call). A kernel the
-    device lacks raises UnsupportedModeError naming it."""
-    calls, fused = _SdpaCalls(), _FusedOps()
+@contextlib.contextmanager
+def refused_kernels(name: str) -> Iterator[None]:
+    """torch's refusal of a forced kernel as UnsupportedModeError naming it."""
     try:
-        with attention_backend(name), calls, fused:
-            run()
+        yield
     except RuntimeError as error:
         if not any(refusal in str(error) for refusal in NO_KERNEL):
             raise
@@ -101,16 +98,36 @@ def backends_that_ran(run: Callable[[], object], name: str = "auto") -> str:
             f"attention={name}: no {name} SDPA kernel here takes this model's attention "
             f"(device, dtype, dropout or mask; torch: {str(error).splitlines()[0]})"
         ) from None
+
+
+def backends_that_ran(run: Callable[[], object], name: str = "auto") -> str:
+    """The SDPA kernels `run` used under backend `name`, as text ('flash', 'math', 'flash, math' for a
+    model whose attentions took different kernels; 'none' without an SDPA call). A kernel the
+    device lacks raises UnsupportedModeError naming it."""
+    calls, fused = _SdpaCalls(), _FusedOps()
+    with refused_kernels(name), attention_backend(name), calls, fused:
+        run()
     if not calls.calls:
         return "none"
     kinds = set(fused.ran) | ({"math"} if len(fused.ran) < calls.calls else set())
     return ", ".join(sorted(kinds))
 
 
-def forward_with_grad(work: Workload) -> Callable[[], object]:
-    """A forward that records autograd as a training step does (kernels are chosen with gradients
-    in mind), its graph dropped at once."""
-    return lambda: work.model(*work.args, **work.kwargs)
+def gradient_pass(work: Workload) -> Callable[[], None]:
+    """A training step that leaves the weights as they were: forward and backward (kernels are
+    chosen with gradients in mind, and an offloading schedule sees its backward), no optimizer
+    step, the gradients dropped."""
+
+    def run() -> None:
+        optimizer, work.optimizer = work.optimizer, None
+        try:
+            work.step()
+        finally:
+            work.optimizer = optimizer
+        for p in work.model.parameters():
+            p.grad = None
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -166,7 +183,7 @@ def _copy(work: Workload, dtype: torch.dtype | None) -> Workload:
 def _gradient_step(work: Workload, backend: str) -> tuple[float, list[torch.Tensor]]:
     params = [p for p in work.model.parameters() if p.requires_grad] or list(work.grad_inputs)
     torch.manual_seed(0)  # the same dropout masks in both steps
-    with attention_backend(backend):
+    with refused_kernels(backend), attention_backend(backend):
         loss = float(work.step())
     grads = [torch.zeros_like(p, dtype=torch.float64) if p.grad is None else p.grad.double() for p in params]
     return loss, grads

@@ -29,13 +29,13 @@ from sweep.builders import import_builder
 from sweep.plan import Request, assumed_throughput, make_plan, schedule_key
 from sweep.plan_verify import measure
 
-FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image")
+FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image", "flux1:dev:int8-torchao")
 
 
-def plan_family(family: str, preset: str, vram_gib: float, workers: int) -> dict:
+def plan_family(family: str, preset: str, quantization: str, vram_gib: float, workers: int) -> dict:
     started = time.perf_counter()
     build = import_builder(f"ckptlib.families.builders.{family}")
-    predictor = ShallowPredictor(build, "cuda", preset=preset, training="lora")
+    predictor = ShallowPredictor(build, "cuda", preset=preset, training="lora", quantization=quantization)
     built = time.perf_counter()
     plan = plan_schedules(predictor, assumed_throughput("cuda", "pcie5"), workers=workers)
     planned = time.perf_counter()
@@ -60,11 +60,14 @@ def plan_family(family: str, preset: str, vram_gib: float, workers: int) -> dict
     return {
         "family": family,
         "preset": preset,
+        "quantization": quantization,
         "build_s": built - started,
         "plan_s": planned - built,
         "candidates": len(plan.candidates),
         "predictions": plan.predictions,
         "recommended": describe(fitting[0].config) if fitting else None,
+        "smallest": describe(plan.smallest().config),
+        "smallest_gib": plan.smallest().peak_bytes / GIB,
         "checks": errors,
     }
 
@@ -123,11 +126,11 @@ def markdown(families: list[dict], cpu: dict | None) -> str:
         "Produced by `python scripts/bench_plan.py` (2-core CPU, CUDA device model).",
         "",
     ]
-    lines += ["| family | preset | build s | plan s | schedules | shallow predictions | recommended (24 GiB) |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["| family | preset | base | build s | plan s | schedules | shallow predictions | smallest peak GiB | recommended (24 GiB) |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for f in families:
-        lines.append(f"| {f['family']} | {f['preset']} | {f['build_s']:.1f} | {f['plan_s']:.1f} | {f['candidates']} | "
-                     f"{f['predictions']} | {f['recommended']} |")  # fmt: skip
+        lines.append(f"| {f['family']} | {f['preset']} | {f['quantization']} | {f['build_s']:.1f} | {f['plan_s']:.1f} | "
+                     f"{f['candidates']} | {f['predictions']} | {f['smallest_gib']:.2f} ({f['smallest']}) | {f['recommended']} |")  # fmt: skip
     lines += [
         "",
         "Extrapolated against full predictions:",
@@ -161,8 +164,8 @@ def main() -> None:
     options = parser.parse_args()
     families = []
     for entry in options.families:
-        family, preset = entry.split(":")
-        families.append(plan_family(family, preset, options.vram, options.workers))
+        family, preset, quantization = (entry.split(":") + ["none"])[:3]
+        families.append(plan_family(family, preset, quantization, options.vram, options.workers))
         print(json.dumps(families[-1], default=str), flush=True)
     cpu = None if options.no_cpu else cpu_study(options.cpu_preset, options.cpu_budget_mib, options.frontier_cells)
     if cpu:

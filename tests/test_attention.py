@@ -7,7 +7,7 @@ import torch
 
 import ckptlib
 from ckptlib import CheckpointConfig, UnsupportedModeError, synthetic
-from ckptlib.attention import backends_that_ran, forward_with_grad, numerics
+from ckptlib.attention import backends_that_ran, gradient_pass, numerics
 from ckptlib.families import build as build_family
 
 from .sweep_helpers import FAST, query, run_sweep
@@ -19,17 +19,19 @@ def flux(dtype=torch.float32):
 
 def test_the_kernel_that_ran_is_read_from_the_dispatched_ops():
     work = flux()
-    assert backends_that_ran(forward_with_grad(work), "math") == "math"
-    assert backends_that_ran(forward_with_grad(work), "flash") == "flash"  # CPU's fused kernel
-    assert backends_that_ran(forward_with_grad(work), "auto") in {"flash", "math"}
+    before = [p.detach().clone() for p in work.model.parameters()]
+    assert backends_that_ran(gradient_pass(work), "math") == "math"
+    assert all(torch.equal(a, b) and b.grad is None for a, b in zip(before, work.model.parameters()))
+    assert backends_that_ran(gradient_pass(work), "flash") == "flash"  # CPU's fused kernel
+    assert backends_that_ran(gradient_pass(work), "auto") in {"flash", "math"}
     assert backends_that_ran(lambda: torch.ones(2) * 2, "auto") == "none"
 
 
 def test_a_kernel_the_device_lacks_is_unsupported_with_the_reason():
     with pytest.raises(UnsupportedModeError, match="attention=efficient: no efficient SDPA kernel"):
-        backends_that_ran(forward_with_grad(flux()), "efficient")
+        backends_that_ran(gradient_pass(flux()), "efficient")
     with pytest.raises(ValueError, match="unknown attention backend 'fast'; valid: auto, math"):
-        backends_that_ran(forward_with_grad(flux()), "fast")
+        backends_that_ran(gradient_pass(flux()), "fast")
 
 
 def test_numerics_are_zero_for_the_reference_and_positive_where_arithmetic_differs():

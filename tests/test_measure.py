@@ -92,7 +92,7 @@ def test_every_cuda_call_names_the_cells_device_and_brackets_each_step(cuda_log)
     assert all(entry[1:] == (DEVICE,) for entry in device_calls), device_calls
     names = [entry[0] for entry in cuda_log]
     probe, *forwards = [i for i, name in enumerate(names) if name == "forward"]
-    assert len(forwards) == 5  # and before them the attention probe, outside the timed steps
+    assert len(forwards) == 5  # and before them the attention probe's, outside the timed steps
     assert probe < names.index("reset_peak_memory_stats")
     for i in forwards:  # each step: synchronize, the step, synchronize
         assert names[i - 1] == "synchronize" and names[i + 1] == "synchronize"

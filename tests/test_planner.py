@@ -52,8 +52,19 @@ BUILDS = {
 }
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-@pytest.mark.parametrize("name", list(BUILDS))
+# Each build on one device model, the synthetic block on both (the models differ in rounding,
+# workspace and fused attention; the real families' deepened stacks are the slow ones).
+EXTRAPOLATED = [
+    ("synthetic", "cpu"),
+    ("synthetic", "cuda"),
+    ("flux1", "cuda"),
+    ("wan", "cpu"),
+    ("synthetic int8-torchao", "cuda"),
+    ("synthetic int8-sdnq", "cpu"),
+]
+
+
+@pytest.mark.parametrize("name, device", EXTRAPOLATED)
 def test_extrapolated_whole_list_schedules_equal_their_full_prediction(name, device):
     predictor = ShallowPredictor(BUILDS[name], device, training="lora")
     assert all(size > 8 for size in predictor.sizes.values()) or name.startswith("synthetic")
