@@ -9,7 +9,7 @@ import pandas as pd
 
 from .matrices import precision, table_unit
 from .query import cell_texts
-from .tables import MODE_ORDER, SYNTHETIC_COLUMNS, StudyTable
+from .tables import SYNTHETIC_COLUMNS, StudyTable, mode_rank
 
 LEGEND = (
     "Ran: the SDPA kernel(s) torch used (checked on a forward, not assumed). Errors: relative to one step "
@@ -39,10 +39,9 @@ def attention_tables(cells: pd.DataFrame) -> list[StudyTable]:
 
 def _rows(group: pd.DataFrame) -> pd.DataFrame:
     labels = SYNTHETIC_COLUMNS if (group["family"] == "synthetic").all() else {}
-    rank = {m: i for i, m in enumerate(MODE_ORDER)}
     group = group.assign(
         text=cell_texts(group, table_unit(group)),
-        _rank=[rank.get(m, len(rank)) for m in group["mode"]],
+        _rank=[mode_rank(m) for m in group["mode"]],
     ).sort_values(["_rank", "asked"])
     return pd.DataFrame(
         {

@@ -21,7 +21,7 @@ from .matrices import table_unit, variant
 from .query import cell_texts, load_cells, load_runs, select_runs
 from .status import Status
 from .store import CellRow, Sample
-from .tables import MODE_ORDER, NOT_RUN, UNITS
+from .tables import NOT_RUN, UNITS, mode_rank
 
 COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
 FACTOR = 1.1  # asv's default: a change smaller than 10% is not reported as one
@@ -166,8 +166,7 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
     merged["code"] = [_code_change(x, y) for x, y in zip(merged["versions_a"], merged["versions_b"])]
     merged["text_a"] = merged["text_a"].fillna(NOT_RUN)
     merged["text_b"] = merged["text_b"].fillna(NOT_RUN)
-    mode_rank = {m: i for i, m in enumerate(MODE_ORDER)}
-    merged = merged.assign(_first=merged["transition"] == "", _mode=merged["mode"].map(lambda m: mode_rank.get(m, 99)))
+    merged = merged.assign(_first=merged["transition"] == "", _mode=merged["mode"].map(mode_rank))
     merged = merged.sort_values(
         ["_first", "family", "tokens", "preset", "quantization", "_mode", "variant"], kind="stable"
     )

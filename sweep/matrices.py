@@ -113,6 +113,13 @@ def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
     return ", ".join(_describe(s, values[s]) for s in named)
 
 
+def mode_label(family: str, mode: str, config, shown_elsewhere: tuple[str, ...] = ()) -> str:
+    """A mode as tables head it (the docs' synthetic names), with whatever tells its cell apart."""
+    name = SYNTHETIC_COLUMNS.get(mode, mode) if family == "synthetic" else mode
+    differs = variant(config, mode, shown_elsewhere)
+    return f"{name} ({differs})" if differs else name
+
+
 def _qualifiers(cells: pd.DataFrame, rows: list[str]) -> pd.Series:
     """Per cell, the settings its heading must name: checkpointing settings that differ from its
     mode's preset, and settings that differ between cells sharing a row and mode (each cell then

@@ -15,8 +15,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from ckptlib.units import GIB, MIB  # noqa: E402
 
-from .matrices import precision, variant  # noqa: E402
-from .tables import SYNTHETIC_COLUMNS  # noqa: E402
+from .matrices import mode_label, precision  # noqa: E402
 
 CARD_SIZES_GIB = (24, 48, 80, 141)
 MARKERS = "osD^vP*X"
@@ -146,11 +145,10 @@ def memory_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
 
 def _point_labels(points: pd.DataFrame) -> pd.Series:
     """A point's mode as its table heads it (the docs' synthetic names), with any variant."""
-    labels = []
-    for family, mode, config in zip(points["family"], points["mode"], points["config"]):
-        name = SYNTHETIC_COLUMNS.get(mode, mode) if family == "synthetic" else mode
-        differs = variant(config, mode, shown_elsewhere=("dtype",))  # the marker says the precision
-        labels.append(name + (f" ({differs})" if differs else ""))
+    labels = [  # the marker says the precision
+        mode_label(family, mode, config, shown_elsewhere=("dtype",))
+        for family, mode, config in zip(points["family"], points["mode"], points["config"])
+    ]
     return pd.Series(labels, index=points.index)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .matrices import variant
-from .tables import SYNTHETIC_COLUMNS, StudyTable
+from .matrices import mode_label
+from .tables import StudyTable
 
 LEGEND = (
     "Active: kernel (CUDA) or operator (CPU) time over the profiled steps' wall time; GEMM and attention: "
@@ -20,11 +20,9 @@ def profile_tables(cells: pd.DataFrame) -> list[StudyTable]:
     profiled = cells[cells["profile"].map(lambda p: isinstance(p, dict))]
     tables = []
     for (family, run, hardware), group in profiled.groupby(["family", "run_name", "hardware"], sort=True):
-        labels = SYNTHETIC_COLUMNS if family == "synthetic" else {}
         rows = []
         for cell in group.itertuples():
-            summary, other = cell.profile, variant(cell.config, cell.mode)
-            name = labels.get(cell.mode, cell.mode) + (f" ({other})" if other else "")
+            summary, name = cell.profile, mode_label(family, cell.mode, cell.config)
             top = summary["top_ops"][0] if summary["top_ops"] else ("", 0.0)
             rows.append(
                 {

@@ -122,6 +122,13 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
             raise StoreError(f"database {path} is damaged (PRAGMA quick_check: {detail}); nothing was written to it")
 
 
+def _sqlite_file(parsed) -> Path | None:
+    """The database file of a parsed SQLite URL (None: another backend, or in memory)."""
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        return Path(parsed.database)
+    return None
+
+
 def open_store(url: str, create: bool = True) -> Engine:
     """Engine for `url` with the schema at the current version; a one-line StoreError for a bad URL
     or file. `create=False` (the read verbs) refuses a database that does not exist yet."""
@@ -130,7 +137,7 @@ def open_store(url: str, create: bool = True) -> Engine:
     except ArgumentError as error:
         raise StoreError(f"malformed database URL {url!r}: {error}") from None
     sqlite = parsed.get_backend_name() == "sqlite"
-    file = Path(parsed.database) if sqlite and parsed.database not in (None, "", ":memory:") else None
+    file = _sqlite_file(parsed)
     if file is not None:
         _check_sqlite_file(file, create)
         if file.exists() and not os.access(file, os.W_OK):
@@ -157,14 +164,9 @@ def open_store(url: str, create: bool = True) -> Engine:
 def check_url(url: str) -> None:
     """StoreError where `url` cannot be used for a sweep, without creating a database that is not
     there yet (the first recorded cell does)."""
-    parsed = make_url(url) if "://" in url else None
-    if (
-        parsed is not None
-        and parsed.get_backend_name() == "sqlite"
-        and parsed.database not in (None, "", ":memory:")
-        and not Path(parsed.database).exists()
-    ):
-        _check_sqlite_file(Path(parsed.database), create=True)
+    file = _sqlite_file(make_url(url)) if "://" in url else None
+    if file is not None and not file.exists():
+        _check_sqlite_file(file, create=True)
         return
     open_store(url).dispose()
 
@@ -334,9 +336,8 @@ def _cell_row(
 
 def trace_folder(url: str) -> Path:
     """Where profiled cells' traces go: traces/ beside a SQLite file, or in the current folder."""
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        return Path(url.removeprefix("sqlite:///")).resolve().parent / "traces"
-    return Path("traces").resolve()
+    file = _sqlite_file(make_url(url))
+    return (file.resolve().parent if file else Path.cwd()) / "traces"
 
 
 def record_cell(

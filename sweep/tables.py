@@ -28,6 +28,14 @@ SYNTHETIC_COLUMNS = {
 }
 FAMILY_MODES = list(MODES)  # the family tables' columns: the docs' modes in the docs' order
 MODE_ORDER = [*SYNTHETIC_COLUMNS, *FAMILY_MODES]  # every mode, in the order tables list them
+MODE_RANK = {mode: i for i, mode in enumerate(MODE_ORDER)}
+
+
+def mode_rank(mode: str) -> int:
+    """Where a mode goes in a table (modes of one's own last)."""
+    return MODE_RANK.get(mode, len(MODE_RANK))
+
+
 MODE_BY_COLUMN = {**{label: mode for mode, label in SYNTHETIC_COLUMNS.items()}, **{m: m for m in FAMILY_MODES}}
 QUANTIZATION_ORDER = list(QUANTIZATION_NAMES)  # the docs' row order
 _MEASURED = re.compile(r"^(?P<sec>\d+(?:\.\d+)?)s / (?P<size>\d+(?:\.\d+)?) (?P<unit>GiB|MiB)(?P<marks>( [~!])*)$")

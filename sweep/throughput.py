@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .matrices import variant
+from .matrices import mode_label
 from .status import Status
-from .tables import MODE_ORDER, SYNTHETIC_COLUMNS, StudyTable
+from .tables import StudyTable, mode_rank
 
 
 def batch_tables(cells: pd.DataFrame) -> list[StudyTable]:
@@ -24,11 +24,13 @@ def batch_tables(cells: pd.DataFrame) -> list[StudyTable]:
     ):
         if group["batch"].nunique() < 2:
             continue
-        labels = SYNTHETIC_COLUMNS if family == "synthetic" else {}
-        rank = {m: i for i, m in enumerate(MODE_ORDER)}
+        # the mode and whatever else tells its cells apart, the batch aside (the columns say it)
         group = group.assign(
-            row=[_row(config, labels.get(mode, mode), mode) for config, mode in zip(group["config"], group["mode"])],
-            rank=[rank.get(mode, len(rank)) for mode in group["mode"]],
+            row=[
+                mode_label(family, m, c, shown_elsewhere=("shape.batch",))
+                for m, c in zip(group["mode"], group["config"])
+            ],
+            rank=[mode_rank(mode) for mode in group["mode"]],
         ).sort_values(["rank", "row", "batch"])
         frame = _pivot(group)
         shape = f"{preset}" + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
@@ -54,9 +56,3 @@ def _pivot(group: pd.DataFrame) -> pd.DataFrame:
     matrix = matrix.reindex(index=list(dict.fromkeys(group["row"])), columns=batches).fillna("")
     matrix.columns.name = None
     return matrix.reset_index().rename(columns={"row": "Mode"})
-
-
-def _row(config, label: str, mode: str) -> str:
-    """The mode and whatever else tells its cells apart, the batch aside (the columns say it)."""
-    other = variant(config, mode, shown_elsewhere=("shape.batch",))
-    return f"{label} ({other})" if other else label
