@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .compile import NO_COMPILE, Compiler, wrapped_submodules
 from .config import CheckpointConfig
 from .memory import storage_id
 from .offload import Offloader
@@ -69,9 +70,17 @@ def _recomputing() -> bool:
 
 
 class CheckpointHandle:
-    def __init__(self, model: nn.Module, config: CheckpointConfig, plans: dict[str, Plan], offloader: Offloader | None):
+    def __init__(
+        self,
+        model: nn.Module,
+        config: CheckpointConfig,
+        plans: dict[str, Plan],
+        offloader: Offloader | None,
+        compiler: Compiler = NO_COMPILE,
+    ):
         self.model = model
         self.config = config
+        self.compiler = compiler
         self.plans = plans
         self._offloader = offloader
         self._patched: list[tuple[nn.Module, Any]] = []
@@ -120,6 +129,10 @@ class CheckpointHandle:
     def _patch(self, module: nn.Module, forward: Callable) -> None:
         self._patched.append((module, module.__dict__.get("forward")))
         module.forward = forward
+
+    def _wrap(self, module: nn.Module, wrapper: Callable) -> None:
+        """Patch in one of the wrappers below (NOTE [ Compiled compute, eager checkpointing ])."""
+        self._patch(module, self.compiler.eager(wrapper))
 
     def _checkpointed(self, fn: Callable, offload: bool, args: tuple, kwargs: dict, carried: tuple | None = None):
         # Keyword tensors go in positionally: checkpoint saves (and the offload hook sees) only
@@ -210,14 +223,22 @@ def apply(
     *,
     streams_for: Callable | None = None,
     host_bytes: int | None = None,
+    compile: str = "none",
 ) -> CheckpointHandle:
     """Patch `model` to run `config`'s plan on every block list of `spec`; returns the handle to undo it.
+
+    `compile` (ckptlib/compile.py: none | regional | full) compiles the blocks' compute under the
+    plan; the plan's own wrappers stay eager.
 
     `streams_for(device)` gives the offloader its streams (ckptlib/streams.py; the predictor passes
     a model of CUDA's), by default the device's own. `host_bytes` is the host memory the offload
     pool may take `config.host_memory_share` of, by default what this host has available."""
+    compiler = Compiler(compile)
     block_lists = {path: _block_list(model, path, spec) for path in spec.block_lists}
     _check_supported(config, spec, block_lists)
+    device_type = next(model.parameters()).device.type
+    if reason := compiler.unavailable(device_type):
+        raise UnsupportedModeError(f"compile {compile}: {reason}")
     try:
         plans = plan_lists({path: len(blocks) for path, blocks in block_lists.items()}, config)
     except ValueError as error:
@@ -236,10 +257,12 @@ def apply(
             prefetch=config.offload_prefetch,
             streams_for=streams_for,
         )
-    handle = CheckpointHandle(model, config, plans, offloader)
+    handle = CheckpointHandle(model, config, plans, offloader, compiler)
     try:
         for path, blocks in block_lists.items():
             _apply_plan(handle, config, spec, path, blocks, plans[path])
+        if compiler.mode == "full":
+            handle._patch(model, compiler.model_forward(model.forward))
         handle._hooks.append(model.register_forward_pre_hook(lambda *_: handle.start_step()))
     except BaseException:
         handle.remove()
@@ -297,19 +320,22 @@ def _apply_plan(
     blocks: nn.ModuleList,
     block_plan: Plan,
 ) -> None:
+    compute = handle.compiler.compute
     whole_block = config.checkpoints and not config.ffn_only
+    in_regions = set()
     if whole_block:
         convention = spec.convention(path) or FIRST_ARG  # None only reaches here for single-block regions
         for region in block_plan.regions:
             members = [blocks[i] for i in region]
-            originals = [m.forward for m in members]
-            handle._patch(members[0], handle.region_forward(members, originals, convention))
+            originals = [compute(m.forward) for m in members]
+            handle._wrap(members[0], handle.region_forward(members, originals, convention))
             for member, original in zip(members[1:], originals[1:]):
-                handle._patch(member, handle.passthrough_forward(member, convention, original))
+                handle._wrap(member, handle.passthrough_forward(member, convention, original))
+            in_regions.update(region)
     if config.ffn_only:
         for i in block_plan.checkpointed_blocks:
             for ffn in find_submodules(blocks[i], spec.feed_forward):
-                handle._patch(ffn, handle.ffn_forward(ffn.forward))
+                handle._wrap(ffn, handle.ffn_forward(compute(ffn.forward)))
     if config.offload_attention:
         recomputed = set(block_plan.checkpointed_blocks) if whole_block else set()
         for i, block in enumerate(blocks):
@@ -318,4 +344,9 @@ def _apply_plan(
                 handle.attention_offload_skipped += len(attention)
                 continue
             for module in attention:
-                handle._patch(module, handle.attention_forward(module.forward))
+                handle._wrap(module, handle.attention_forward(compute(module.forward)))
+    if handle.compiler.compiles:  # the blocks no region runs (NOTE [ One code object per block variant ])
+        for i, block in enumerate(blocks):
+            wrapped = wrapped_submodules(block)
+            if i not in in_regions and (handle.compiler.mode == "regional" or wrapped):
+                handle._patch(block, compute(block.forward, wrapped))

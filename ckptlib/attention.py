@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from .compile import Compiler
 from .config import CheckpointConfig
 from .quantize import is_quantized
 from .spec import UnsupportedModeError
@@ -136,14 +137,17 @@ class Numerics:
     grad_rel_error: float  # relative L2 error over every trainable gradient, concatenated
 
 
-def numerics(work: Workload, config: CheckpointConfig, backend: str, apply) -> Numerics:
-    """One step of `work` under `config` and `backend`, against the same weights and inputs in
-    fp32, unchanged model (no checkpointing), math backend. Both run on copies: `work` is left as
-    it was. `apply` is ckptlib.apply (passed in: this module is imported by it)."""
+def numerics(work: Workload, config: CheckpointConfig, backend: str, apply, compile: str = "none") -> Numerics:
+    """One step of `work` under `config`, `backend` and `compile`, against the same weights and
+    inputs in fp32, unchanged model (no checkpointing, no compilation), math backend. Both run on
+    copies: `work` is left as it was. `apply` is ckptlib.apply (passed in: this module is imported
+    by it). A compiled step draws eager's dropout masks (Compiler.eager_random), so its error is
+    the arithmetic's."""
     reference = _gradient_step(_copy(work, torch.float32), "math")
     candidate = _copy(work, None)
-    apply(candidate.model, config, candidate.spec)
-    measured = _gradient_step(candidate, backend)
+    with Compiler(compile).eager_random():
+        apply(candidate.model, config, candidate.spec, compile=compile)
+        measured = _gradient_step(candidate, backend)
     loss_ref, grads_ref = reference
     loss, grads = measured
     difference = torch.cat([(g - r).flatten() for g, r in zip(grads, grads_ref)])

@@ -17,6 +17,7 @@ LATER_FIELDS = {
     "offload_stash_depth": DEFAULT_OFFLOAD_STASH_DEPTH,
     "blocks": None,
     "attention": "auto",
+    "compile": "none",
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -46,6 +47,7 @@ class Cell:
     seed: int = 0
     dtype: str = "auto"  # auto: bf16 on accelerators, fp32 on CPU
     attention: str = "auto"  # the SDPA kernel (ckptlib.attention.BACKENDS)
+    compile: str = "none"  # what torch.compile compiles (ckptlib.compile.COMPILE_MODES)
 
     @property
     def key(self) -> str:
@@ -101,6 +103,7 @@ def cell_from_config(cfg) -> Cell:
         training=_word(cfg.training),
         dtype=_word(cfg.dtype),
         attention=_word(cfg.attention),
+        compile=_word(cfg.compile),
         lora_rank=int(cfg.lora_rank),
         pin_memory_max_buckets=int(cfg.pin_memory_max_buckets),
         offload_stash_depth=int(cfg.offload_stash_depth),

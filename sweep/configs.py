@@ -16,6 +16,7 @@ from omegaconf import MISSING, OmegaConf
 
 from ckptlib import MODES, CheckpointConfig
 from ckptlib.attention import BACKENDS as ATTENTION_BACKENDS
+from ckptlib.compile import COMPILE_MODES
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.workload import TRAINING_MODES
@@ -29,6 +30,7 @@ Training = Enum("Training", {mode: mode for mode in TRAINING_MODES})
 Rerun = Enum("Rerun", {"none": "none", "failed": "failed", "all": "all"})
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPES)})
 Attention = Enum("Attention", {name: name for name in ATTENTION_BACKENDS})
+Compile = Enum("Compile", {name: name for name in COMPILE_MODES})
 
 
 @dataclass
@@ -62,7 +64,7 @@ class MeasureConfig:
     warmup_steps: int = 5  # recorded, excluded from sec/step
     steps: int = 20
     timeout_s: float = 900  # per cell, wall clock
-    # before the timed steps, on copies: loss and gradient error against an fp32 math-backend
+    # after the timed steps, on copies: loss and gradient error against an fp32 math-backend
     # reference of the same weights and inputs (ckptlib.attention.numerics)
     numerics: bool = False
     # after the timed steps: profile_steps more under torch.profiler, summarised, the trace kept in
@@ -99,6 +101,9 @@ class SweepConfig:
     lora_rank: int = 16
     dtype: Dtype = Dtype.auto  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp16 | fp32
     attention: Attention = Attention.auto  # the SDPA kernel: auto (torch chooses) | math | flash | efficient | cudnn
+    # none | regional (each block compiled on its own) | full (the model too); Inductor, compiled cold
+    # in each cell, so the first step shows the compile time (ckptlib/compile.py)
+    compile: Compile = Compile.none
     pin_memory_max_buckets: int = DEFAULT_PIN_MEMORY_MAX_BUCKETS
     offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH  # device-to-host copies in flight (CUDA)
     device: str = "auto"  # auto | cpu | cuda | cuda:N

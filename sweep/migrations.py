@@ -6,7 +6,7 @@ version 2 widens byte and count columns to 64 bits, keeps every attempt of a cel
 shape the model saw and the versions that measured each cell, and stores empty JSON as NULL;
 version 3 adds the spread of the measured steps and the host's load; version 4 the throughput
 (samples per step, their unit, samples/s), the attention kernel that ran, the numerics columns and
-the profile summary.
+the profile summary; version 5 the steps until a cell's times settle (compilation's tail).
 Upgrades run in the caller's transaction: a failed one leaves the database as it was.
 """
 
@@ -149,4 +149,9 @@ def _to_version_4(connection: Connection) -> None:
     _add_missing_columns(connection, CellRow.__table__)
 
 
-UPGRADES = {2: _to_version_2, 3: _to_version_3, 4: _to_version_4}
+def _to_version_5(connection: Connection) -> None:
+    """The steps until a cell's step times settle: cells recorded before have none."""
+    _add_missing_columns(connection, CellRow.__table__)
+
+
+UPGRADES = {2: _to_version_2, 3: _to_version_3, 4: _to_version_4, 5: _to_version_5}

@@ -24,6 +24,8 @@ CELL_COLUMNS = [
     "status",
     "reason",
     "sec_per_step",
+    "first_step_s",
+    "settle_steps",
     "samples_per_s",
     "attention_backend",
     "loss_rel_error",
@@ -96,6 +98,7 @@ INTEGER_COLUMNS = (
     "batch",
     "peak_bytes",
     "host_offload_peak_bytes",
+    "settle_steps",
 )
 
 

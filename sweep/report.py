@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 from ckptlib.units import GIB, MIB
 
 from .attention_tables import attention_tables
+from .compile_tables import compile_tables
 from .matrices import Matrix, build_matrices
 from .plan import PLANNED
 from .profile_tables import profile_tables
@@ -69,6 +70,7 @@ def write_reports(
     cells, plans = everything[~planned], everything[planned]
     matrices = build_matrices(cells)
     batches, attention, profiles = batch_tables(cells), attention_tables(cells), profile_tables(cells)
+    compiled = compile_tables(cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, plots = [], {}
     if with_plots:
@@ -88,7 +90,7 @@ def write_reports(
     for family in sorted({m.family for m in matrices}):
         family_matrices = [m for m in matrices if m.family == family]
         page = out_dir / f"{family}.md"
-        studies = [t for t in [*batches, *attention, *profiles] if t.family == family]
+        studies = [t for t in [*compiled, *batches, *attention, *profiles] if t.family == family]
         page.write_text(family_page(family, family_matrices, studies, plots, out_dir))
         written.append(page)
         sources = sorted({s for m in family_matrices for s in m.sources})

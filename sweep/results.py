@@ -23,6 +23,7 @@ class CellResult:
     min_s: float | None = None  # the spread of the measured steps
     max_s: float | None = None
     first_step_s: float | None = None
+    settle_steps: int | None = None  # steps before the first within SETTLED of sec/step (compilation's tail)
     warmup_steps: int | None = None
     steps: int | None = None
     final_loss: float | None = None
@@ -61,8 +62,12 @@ class CellResult:
         return values
 
 
+SETTLED = 1.25  # a step within this factor of sec/step has settled
+
+
 def step_statistics(samples: list[tuple[float, bool]]) -> dict[str, float | int | None]:
-    """sec/step (the median), mean and IQR of the measured steps only; the first step's time."""
+    """sec/step (the median), mean and IQR of the measured steps only; the first step's time, and
+    how many steps (warmup included) ran before the first that took within SETTLED of sec/step."""
     measured = np.array([seconds for seconds, warmup in samples if not warmup])
     statistics = {
         "first_step_s": samples[0][0] if samples else None,
@@ -70,10 +75,14 @@ def step_statistics(samples: list[tuple[float, bool]]) -> dict[str, float | int 
         "steps": len(measured),
     }
     if not len(measured):
-        return {**statistics, "sec_per_step": None, "mean_s": None, "iqr_s": None, "min_s": None, "max_s": None}
+        return {
+            **statistics,
+            **dict.fromkeys(("sec_per_step", "mean_s", "iqr_s", "min_s", "max_s", "settle_steps")),
+        }
     q1, median, q3 = np.percentile(measured, [25, 50, 75])
     return {
         **statistics,
+        "settle_steps": next(i for i, (seconds, _) in enumerate(samples) if seconds <= SETTLED * median),
         "sec_per_step": float(median),
         "mean_s": float(measured.mean()),
         "iqr_s": float(q3 - q1),

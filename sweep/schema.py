@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 JSON_OR_NULL = JSON(none_as_null=True)  # None is SQL NULL, not the JSON text 'null'
 
 
@@ -105,6 +105,7 @@ class CellRow(Base):
     min_s: Mapped[float | None] = mapped_column(Float)
     max_s: Mapped[float | None] = mapped_column(Float)
     first_step_s: Mapped[float | None] = mapped_column(Float)
+    settle_steps: Mapped[int | None]  # steps (from the first) before the times settle: compilation, autotuning
     warmup_steps: Mapped[int | None]
     steps: Mapped[int | None]
     final_loss: Mapped[float | None] = mapped_column(Float)

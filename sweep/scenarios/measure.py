@@ -7,8 +7,11 @@ measured steps (the first step's peak is kept apart: it can be the real peak).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +33,7 @@ class MeasureSettings:
     steps: int
     skip_over_bytes: int | None = None  # predict first; a cell predicted over this card is not run
     host_budget_bytes: int | None = None  # a CPU cell predicted to need more host memory is not run
-    numerics: bool = False  # loss and gradient error against an fp32 math reference, before the steps
+    numerics: bool = False  # loss and gradient error against an fp32 math reference, after the steps
     profile_steps: int = 0  # steps profiled after the timed ones (0: none)
     trace_dir: str | None = None  # where a profiled cell's trace goes (<cell key>.json)
 
@@ -126,6 +129,25 @@ def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timing
     return CellResult(Status.PREDICTED_OOM, reason, breakdown=prediction.breakdown, timings=timings)
 
 
+@contextlib.contextmanager
+def cold_compile_cache(compiling: bool) -> Iterator[None]:
+    """A compiled cell compiles into an empty Inductor cache of its own, so its first step shows the
+    whole compile time, whatever cells ran before it on this host."""
+    if not compiling:
+        yield
+        return
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="ckpt-sweep-inductor-") as folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+
+
 def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[str], None] = _quiet) -> CellResult:
     """Runs inside the cell's child process; `progress` hears its phase (build, warmup i/n, step i/n)."""
     import ckptlib
@@ -135,6 +157,12 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
     device = device_for(settings.device)
 
     def scenario(cell, config, build):
+        with cold_compile_cache(cell.compile != "none"):
+            return measured(cell, config, build)
+
+    def measured(cell, config, build):
+        import torch
+
         timings = {}
         if settings.skip_over_bytes is not None or settings.host_budget_bytes is not None:
             progress("predict")
@@ -146,22 +174,22 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
         work = build(device=settings.device, **build_kwargs(cell))
         if not isinstance(work, ckptlib.Workload):
             raise TypeError(wrong_type(work))
-        errors = {}
-        if settings.numerics:  # on copies of the workload as built (the reference is not checkpointed)
-            progress("numerics")
-            found = attention.numerics(work, config, cell.attention, ckptlib.apply)
-            errors = {"loss_rel_error": found.loss_rel_error, "grad_rel_error": found.grad_rel_error}
-        handle = ckptlib.apply(work.model, config, work.spec)
+        handle = ckptlib.apply(work.model, config, work.spec, compile=cell.compile)
         timings["build_s"] = time.perf_counter() - tic
         # which kernel runs (a kernel the device lacks: unsupported), from a step under the schedule
-        # that leaves the weights as they were, outside the timed steps
-        ran = attention.backends_that_ran(attention.gradient_pass(work), cell.attention)
+        # that leaves the weights as they were, outside the timed steps; run eagerly, so the first
+        # timed step is the one that compiles
+        with torch.compiler.set_stance("force_eager"):
+            ran = attention.backends_that_ran(attention.gradient_pass(work), cell.attention)
         with attention.attention_backend(cell.attention):
             samples, losses, first_step_peak = timed_steps(
                 work.step, device, settings.warmup_steps, settings.steps, progress=progress
             )
             progress("memory")
-            memory = device.memory(work)
+            # a CPU's peak comes from one more step under the live-tensor tracker, which sees no
+            # compiled code's buffers: that step is an eager one, said so in the compile table
+            with torch.compiler.set_stance("force_eager"):
+                memory = device.memory(work)
             profiled = None
             if settings.profile_steps:
                 progress("profile")
@@ -171,6 +199,12 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
         if "memory_step_s" in memory:
             timings["memory_step_s"] = memory.pop("memory_step_s")
         report = handle.report
+        errors = {}
+        if settings.numerics:  # after the timed steps (a compiled cell's first step compiles), on copies
+            progress("numerics")
+            handle.remove()  # the reference is the model as built, not checkpointed
+            found = attention.numerics(work, config, cell.attention, ckptlib.apply, cell.compile)
+            errors = {"loss_rel_error": found.loss_rel_error, "grad_rel_error": found.grad_rel_error}
         return CellResult(
             Status.OK,
             **step_statistics(samples),

@@ -1,0 +1,70 @@
+"""The compile study as tables (the docs' regional-compilation rows): for each family, run,
+hardware, preset and precision measured under two or more compile modes, one row per
+checkpointing mode and a column pair per compile mode: steady sec/step with the peak, and the
+first step's extra time with the steps it took to settle."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ckptlib.compile import COMPILE_MODES
+
+from .matrices import precision, table_unit
+from .query import cell_texts
+from .tables import SYNTHETIC_COLUMNS, StudyTable, mode_rank
+
+LEGEND = (
+    "sec/step / peak: the measured steps, after warmup. Compile: the first step's time over sec/step "
+    "(Inductor compiles cold in each cell, so this is the whole compile), and after how many steps the "
+    "times settled (within 25% of sec/step). On a CPU a compiled cell's peak is that of one eager step "
+    "of its schedule (the live-tensor tracker does not see compiled code's buffers); on CUDA it is the "
+    "allocator's, over the compiled steps."
+)
+
+
+def compile_of(config) -> str:
+    return (config or {}).get("compile", "none") if isinstance(config, dict) else "none"
+
+
+def compile_tables(cells: pd.DataFrame) -> list[StudyTable]:
+    cells = cells.assign(
+        compiled=[compile_of(c) for c in cells["config"]],
+        precision=precision(cells) if len(cells) else [],
+    )
+    tables = []
+    keys = ["family", "run_name", "hardware", "preset", "tokens", "precision"]
+    for (family, run, hardware, preset, tokens, label), group in cells.groupby(
+        keys, sort=True, dropna=False, observed=True
+    ):
+        if group["compiled"].nunique() < 2:
+            continue
+        shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
+        title = f"{family}: compilation, {shape}, {label} on {hardware} ({run})"
+        table_id = f"{family}/{run}/{hardware}/{shape}/{label}/compile"
+        tables.append(StudyTable(table_id, family, title, _rows(group), LEGEND))
+    return tables
+
+
+def _rows(group: pd.DataFrame) -> pd.DataFrame:
+    labels = SYNTHETIC_COLUMNS if (group["family"] == "synthetic").all() else {}
+    group = group.assign(text=cell_texts(group, table_unit(group)))
+    modes = sorted(group["mode"].unique(), key=mode_rank)
+    compiled = [c for c in COMPILE_MODES if c in set(group["compiled"])]
+    rows = []
+    for mode in modes:
+        row = {"Mode": labels.get(mode, mode)}
+        for name in compiled:
+            cell = group[(group["mode"] == mode) & (group["compiled"] == name)]
+            heading = "eager" if name == "none" else name
+            row[f"{heading}: sec/step / peak"] = cell["text"].iloc[0] if len(cell) else "not run"
+            row[f"{heading}: first step"] = _compile_text(cell.iloc[0]) if len(cell) else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _compile_text(cell) -> str:
+    """'+21.3 s, settled at step 1': the first step's time over steady sec/step."""
+    if cell["status"] != "ok" or pd.isna(cell["first_step_s"]) or pd.isna(cell["sec_per_step"]):
+        return ""
+    settled = "" if pd.isna(cell["settle_steps"]) else f", settled at step {int(cell['settle_steps'])}"
+    return f"+{cell['first_step_s'] - cell['sec_per_step']:.1f} s{settled}"
