@@ -74,7 +74,6 @@ class Compiler:
 
         return torch._dynamo.disable(wrapper)  # recursive: what it calls stays eager, but for compiled functions
 
-
     @contextlib.contextmanager
     def eager_random(self) -> Iterator[None]:
         """Compile afresh with eager's random draws (Inductor's own RNG draws other dropout masks),
@@ -116,7 +115,9 @@ def _variant(method: Callable, wrapped: tuple[str, ...]) -> Callable:
     """`method` (a bound forward) running its variant's own copy of its code."""
     function = method.__func__
     code = _VARIANT_CODE.setdefault((function.__code__, wrapped), function.__code__.replace())
-    copy = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__, function.__closure__)
+    copy = types.FunctionType(
+        code, function.__globals__, function.__name__, function.__defaults__, function.__closure__
+    )
     copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, function.__qualname__
     return types.MethodType(copy, method.__self__)
 

@@ -104,7 +104,10 @@ def test_remove_restores_the_eager_model():
 
 def test_without_a_cpp_compiler_compiling_is_unsupported():
     work = synthetic.build("tiny")
-    with inductor_config.patch({"cpp.cxx": ("no-such-c++-compiler",)}), pytest.raises(UnsupportedModeError, match="compile regional: Inductor compiles CPU kernels with a C"):
+    with (
+        inductor_config.patch({"cpp.cxx": ("no-such-c++-compiler",)}),
+        pytest.raises(UnsupportedModeError, match="compile regional: Inductor compiles CPU kernels with a C"),
+    ):
         ckptlib.apply(work.model, MODES["layer"], work.spec, compile="regional")
     assert all("forward" not in m.__dict__ for m in work.model.modules()), "a refused apply patched the model"
 
