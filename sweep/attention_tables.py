@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .matrices import precision, table_unit
+from .matrices import shape_groups, table_unit
 from .query import cell_texts
 from .tables import SYNTHETIC_COLUMNS, StudyTable, mode_rank
 
@@ -20,21 +20,13 @@ LEGEND = (
 
 def attention_tables(cells: pd.DataFrame) -> list[StudyTable]:
     cells = cells.assign(
-        asked=[(c or {}).get("attention", "auto") if isinstance(c, dict) else "auto" for c in cells["config"]],
-        precision=precision(cells) if len(cells) else [],
+        asked=[(c or {}).get("attention", "auto") if isinstance(c, dict) else "auto" for c in cells["config"]]
     )
-    tables = []
-    keys = ["family", "run_name", "hardware", "preset", "tokens", "precision"]
-    for (family, run, hardware, preset, tokens, label), group in cells.groupby(
-        keys, sort=True, dropna=False, observed=True
-    ):
-        if group["asked"].nunique() < 2 and group["grad_rel_error"].isna().all():
-            continue
-        shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
-        title = f"{family}: attention backends, {shape}, {label} on {hardware} ({run})"
-        table_id = f"{family}/{run}/{hardware}/{shape}/{label}/attention"
-        tables.append(StudyTable(table_id, family, title, _rows(group), LEGEND))
-    return tables
+    return [
+        StudyTable(f"{prefix}/attention", family, f"{family}: attention backends, {where}", _rows(group), LEGEND)
+        for family, where, prefix, group in shape_groups(cells)
+        if group["asked"].nunique() > 1 or group["grad_rel_error"].notna().any()
+    ]
 
 
 def _rows(group: pd.DataFrame) -> pd.DataFrame:

@@ -9,12 +9,12 @@ import pandas as pd
 
 from ckptlib.compile import COMPILE_MODES
 
-from .matrices import precision, table_unit
+from .matrices import shape_groups, table_unit
 from .query import cell_texts
 from .tables import SYNTHETIC_COLUMNS, StudyTable, mode_rank
 
 LEGEND = (
-    "sec/step / peak: the measured steps, after warmup. Compile: the first step's time over sec/step "
+    "sec/step / peak: the measured steps, after warmup. First step: the first step's time over sec/step "
     "(Inductor compiles cold in each cell, so this is the whole compile), and after how many steps the "
     "times settled (within 25% of sec/step). On a CPU a compiled cell's peak is that of one eager step "
     "of its schedule (the live-tensor tracker does not see compiled code's buffers); on CUDA it is the "
@@ -27,22 +27,12 @@ def compile_of(config) -> str:
 
 
 def compile_tables(cells: pd.DataFrame) -> list[StudyTable]:
-    cells = cells.assign(
-        compiled=[compile_of(c) for c in cells["config"]],
-        precision=precision(cells) if len(cells) else [],
-    )
-    tables = []
-    keys = ["family", "run_name", "hardware", "preset", "tokens", "precision"]
-    for (family, run, hardware, preset, tokens, label), group in cells.groupby(
-        keys, sort=True, dropna=False, observed=True
-    ):
-        if group["compiled"].nunique() < 2:
-            continue
-        shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
-        title = f"{family}: compilation, {shape}, {label} on {hardware} ({run})"
-        table_id = f"{family}/{run}/{hardware}/{shape}/{label}/compile"
-        tables.append(StudyTable(table_id, family, title, _rows(group), LEGEND))
-    return tables
+    cells = cells.assign(compiled=[compile_of(c) for c in cells["config"]])
+    return [
+        StudyTable(f"{prefix}/compile", family, f"{family}: compilation, {where}", _rows(group), LEGEND)
+        for family, where, prefix, group in shape_groups(cells)
+        if group["compiled"].nunique() > 1
+    ]
 
 
 def _rows(group: pd.DataFrame) -> pd.DataFrame:

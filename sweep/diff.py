@@ -17,6 +17,7 @@ from scipy.stats import mannwhitneyu
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
+from .compile_tables import compile_of
 from .matrices import table_unit, variant
 from .query import cell_texts, load_cells, load_runs, select_runs
 from .status import Status
@@ -79,7 +80,10 @@ def side(engine: Engine, selector: str) -> Side:
         raise ValueError(f"unknown attempt {attempt!r} in {selector!r}: use RUN@previous or RUN@N")
     run_ids = select_runs(engine, [run])
     cells = load_cells(engine, run_ids, attempt or "current")
-    cells = cells.assign(variant=[variant(c, m) for c, m in zip(cells["config"], cells["mode"])])
+    cells = cells.assign(
+        variant=[variant(c, m) for c, m in zip(cells["config"], cells["mode"])],
+        compile=[compile_of(c) for c in cells["config"]],
+    )
     label = cells["hardware"].iloc[0] if not cells.empty else run
     return Side(
         cells,
@@ -141,6 +145,9 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         "peak_bytes",
         "samples_per_s",
         "sample_unit",
+        "first_step_s",
+        "grad_rel_error",
+        "compile",
         "text",
         "cell_id",
         "versions",
@@ -188,10 +195,28 @@ def _rate(samples_per_s, unit) -> str:
     return "" if pd.isna(samples_per_s) else f"{samples_per_s:.3g} {unit}/s"
 
 
-def _row_values(row) -> list[str]:
+FIRST_STEP = ("first step", "first_step_s", "{:.2f} s")  # where compilation lands
+GRAD_ERROR = ("grad error", "grad_rel_error", "{:.3g}")  # measure.numerics=true
+
+
+def _optional(diff: Diff) -> list[tuple[str, str, str]]:
+    """The columns a diff adds where they say something: the first step's time where a cell was
+    compiled, the gradient error where one was measured."""
+    frame = diff.cells
+    compiled = (frame[["compile_a", "compile_b"]].fillna("none") != "none").to_numpy().any()
+    errors = frame[["grad_rel_error_a", "grad_rel_error_b"]].notna().to_numpy().any()
+    return [column for column, shown in ((FIRST_STEP, compiled), (GRAD_ERROR, errors)) if shown]
+
+
+def _row_values(row, optional: list[tuple[str, str, str]]) -> list[str]:
     tokens = "" if pd.isna(row.tokens) else str(int(row.tokens))
     mode = row.mode + (f" ({row.variant})" if row.variant else "")
     change = "; ".join(x for x in (row.transition or row.significance, row.code) if x)
+    extra = [
+        "" if pd.isna(value) else template.format(value)
+        for _, column, template in optional
+        for value in (getattr(row, f"{column}_a"), getattr(row, f"{column}_b"))
+    ]
     return [
         row.family,
         row.preset,
@@ -205,6 +230,7 @@ def _row_values(row) -> list[str]:
         _number(row.ratio, "{:.4f}"),
         _number(row.memory_diff, "{:+.2f}"),
         _number(row.memory_ratio, "{:.4f}"),
+        *extra,
         change,
     ]
 
@@ -223,6 +249,7 @@ def columns(diff: Diff) -> list[str]:
         f"time {diff.label_b}/{diff.label_a}",
         f"memory diff {diff.unit}",
         f"memory {diff.label_b}/{diff.label_a}",
+        *(f"{heading} {label}" for heading, *_ in _optional(diff) for label in (diff.label_a, diff.label_b)),
         "change",
     ]
 
@@ -231,13 +258,15 @@ def rich_table(diff: Diff) -> Table:
     table = Table(title=f"{diff.label_a} vs {diff.label_b}")
     for column in columns(diff):
         table.add_column(column)
+    optional = _optional(diff)
     for row in diff.cells.itertuples():
-        table.add_row(*_row_values(row), style="bold red" if row.transition else None)
+        table.add_row(*_row_values(row, optional), style="bold red" if row.transition else None)
     return table
 
 
 def markdown(diff: Diff, plot: Path | None = None) -> str:
-    frame = pd.DataFrame([_row_values(r) for r in diff.cells.itertuples()], columns=columns(diff))
+    optional = _optional(diff)
+    frame = pd.DataFrame([_row_values(r, optional) for r in diff.cells.itertuples()], columns=columns(diff))
     parts = [f"# Diff: {diff.label_a} vs {diff.label_b}\n", "## Environment differences\n"]
     parts += [f"- {line}" for line in diff.environment] or ["- none recorded"]
     parts.append("\n## Status transitions\n")

@@ -204,6 +204,18 @@ def legend(cells: pd.DataFrame, unit: str, texts: list[str]) -> str:
     return f"Each cell: {what}, or a status." + (" " + "; ".join(shown) + "." if shown else "")
 
 
+def shape_groups(cells: pd.DataFrame):
+    """The cells of each family, run, hardware, shape and precision, as the studies' tables group
+    them: (family, where: 'tiny, 32 tokens, fp32 on CPU: ... (run)', an id prefix, the group)."""
+    cells = cells.assign(precision=precision(cells) if len(cells) else [])
+    keys = ["family", "run_name", "hardware", "preset", "tokens", "precision"]
+    for (family, run, hardware, preset, tokens, label), group in cells.groupby(
+        keys, sort=True, dropna=False, observed=True
+    ):
+        shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
+        yield family, f"{shape}, {label} on {hardware} ({run})", f"{family}/{run}/{hardware}/{shape}/{label}", group
+
+
 def precision(cells: pd.DataFrame) -> pd.Categorical:
     """Each cell's precision as a row names it (bf16, fp32, int8 (TorchAO)), in the docs' order."""
 

@@ -14,6 +14,9 @@ from ckptlib import MODES, CheckpointConfig, UnsupportedModeError, synthetic
 from ckptlib.compile import COMPILE_MODES, Compiler
 from ckptlib.families import build
 
+if reason := Compiler("regional").unavailable("cpu"):
+    pytest.skip(f"compile=regional cannot run here: {reason}", allow_module_level=True)
+
 # what the plan did, as opposed to which tensors a graph happened to save (the compiler's choice)
 SCHEDULE_COUNTERS = (
     "plans",
@@ -68,8 +71,12 @@ def assert_compiled_matches_eager(builder, preset, config, compile):
 SYNTHETIC_CASES = {**MODES, "unsloth-first3": FIRST_BLOCKS}
 
 
-@pytest.mark.parametrize("compile", ["regional", "full"])
-@pytest.mark.parametrize("mode", list(SYNTHETIC_CASES))
+# every backend and schedule compiled regionally; under full compilation, one of each backend
+FULL_CASES = ["none", "seg2-stride4-offload", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
+CASES = [(mode, "regional") for mode in SYNTHETIC_CASES] + [(mode, "full") for mode in FULL_CASES]
+
+
+@pytest.mark.parametrize("mode, compile", CASES)
 def test_synthetic_compiled_step_matches_eager(mode, compile):
     assert_compiled_matches_eager(synthetic.build, "tiny", SYNTHETIC_CASES[mode], compile)
 
@@ -163,6 +170,12 @@ def test_the_compile_axis_through_the_sweep_and_its_table(tmp_path):
     ]  # fmt: skip
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["No checkpoint", "Torch layer"]
     assert all(re.search(r"\+\d+\.\d s, settled at step [1-9]", line.split("|")[5]) for line in lines[2:])
+    main(["diff", "1", "1", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "diff")])
+    shown = next((tmp_path / "diff").glob("*.md")).read_text()
+    header = next(line for line in shown.splitlines() if line.startswith("| family"))
+    assert "first step CPU" in header and "grad error CPU" in header
+    compiled = next(line for line in shown.splitlines() if "layer (compile regional)" in line)
+    assert f"{by[('layer', 'regional')][1]:.2f} s" in compiled
 
 
 def test_a_bad_compile_value_is_refused(tmp_path):
@@ -172,3 +185,15 @@ def test_a_bad_compile_value_is_refused(tmp_path):
     assert done.returncode != 0
     assert "compile" in done.stderr and "max" in done.stderr
     assert not (tmp_path / "c.db").exists()
+
+
+def test_a_compiled_cell_is_not_predicted_as_if_eager():
+    from dataclasses import asdict
+
+    from sweep.cell import Cell
+    from sweep.scenarios.predict import PredictSettings, predict_cell
+
+    cell = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch", compile="regional")
+    result = predict_cell(asdict(cell), PredictSettings("cuda"))
+    assert result.status == "unsupported" and result.reason.startswith("compile=regional: a prediction runs")
+    assert predict_cell(asdict(Cell(**{**asdict(cell), "compile": "none"})), PredictSettings("cuda")).status == "ok"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptlib import UnsupportedModeError
 from ckptlib.units import GIB
 
 from ..results import CellResult
@@ -34,6 +35,11 @@ def predict_cell(fields: dict, settings: PredictSettings, progress=None) -> Cell
     """The cell's predicted peak on the device model; `oom` when it exceeds the card."""
 
     def scenario(cell, config, build):
+        if cell.compile != "none":
+            raise UnsupportedModeError(
+                f"compile={cell.compile}: a prediction runs the eager step (FakeTensorMode); "
+                "a compiled step's peak is measured, not predicted"
+            )
         predicted = predict(cell, config, build, settings.device_model)
         fits = settings.card_bytes is None or predicted.fits(settings.card_bytes)
         return CellResult(
