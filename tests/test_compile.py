@@ -85,9 +85,9 @@ def flux1(preset, **kwargs):
     return build("flux1", preset, **kwargs)
 
 
-@pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload", "torch-ffn-offload"])
+@pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload", "unsloth", "torch-ffn-offload", "unsloth-ffn"])
 def test_flux_compiled_step_matches_eager(mode):
-    """A real family's two block lists, under regional compilation."""
+    """A real family's two block lists under regional compilation, one schedule of each backend."""
     assert_compiled_matches_eager(flux1, "tiny", MODES[mode], "regional")
 
 

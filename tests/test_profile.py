@@ -9,7 +9,7 @@ import pytest
 
 from sweep.scenarios.profile import Interval, summarize
 
-from .sweep_helpers import FAST, query, run_sweep
+from .sweep_helpers import FAST, SUPPORT, query, run_sweep
 
 
 def test_a_device_summary_merges_overlaps_and_exposes_only_uncovered_copies():
@@ -61,3 +61,21 @@ def test_profiling_no_steps_is_refused(tmp_path):
                      "measure.profile_steps=0", *FAST)  # fmt: skip
     assert done.returncode != 0 and "measure.profile_steps must be at least 1 to profile, got 0" in done.stderr
     assert not Path(tmp_path / "p.db").exists()
+
+
+def test_no_timed_step_runs_under_the_profiler(monkeypatch):
+    """The profiler's overhead on the timed steps is zero: it is on for the profiled steps only."""
+    from sweep.cell import Cell
+    from sweep.scenarios.measure import MeasureSettings, measure_cell
+
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    import profiler_watch
+
+    profiler_watch.STEPS.clear()
+    cell = Cell("synthetic", "profiler_watch.build", "tiny", "layer", "torch")
+    result = measure_cell(cell.as_dict(), MeasureSettings("cpu", warmup_steps=2, steps=3, profile_steps=2))
+    assert result.status == "ok" and result.profile["steps"] == 2
+    timed = [seconds for seconds, _ in result.samples]
+    assert len(timed) == 5
+    assert profiler_watch.STEPS[-2:] == [True, True]
+    assert not any(profiler_watch.STEPS[:-2]) and len(profiler_watch.STEPS) >= 2 + len(timed)
