@@ -57,4 +57,5 @@ def _compile_text(cell) -> str:
     if cell["status"] != "ok" or pd.isna(cell["first_step_s"]) or pd.isna(cell["sec_per_step"]):
         return ""
     settled = "" if pd.isna(cell["settle_steps"]) else f", settled at step {int(cell['settle_steps'])}"
-    return f"+{cell['first_step_s'] - cell['sec_per_step']:.1f} s{settled}"
+    extra = round(cell["first_step_s"] - cell["sec_per_step"], 1) or 0.0  # no '-0.0'
+    return f"{extra:+.1f} s{settled}"
