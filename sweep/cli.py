@@ -27,8 +27,11 @@ verbs:
 
 def run(args: list[str]) -> None:
     from .app import hydra_app
+    from .configs import enum_problem
     from .interruption import handled
 
+    if problem := enum_problem(args):
+        sys.exit(f"ckpt-sweep: {problem}")
     if not any(a in ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i") for a in args):
         args = ["--multirun", *args]
     sys.argv = ["ckpt-sweep run", *args]

@@ -7,6 +7,7 @@ Sweep files (sweep/conf/sweep/*.yaml) select families and modes by rule through 
 tables' ten), `${modes:synthetic}` (the synthetic sweep's five).
 """
 
+from dataclasses import MISSING as MISSING_FACTORY
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Dict, Optional
@@ -118,6 +119,34 @@ class SweepConfig:
     run: RunConfig = field(default_factory=RunConfig)
     slurm: Any = None  # launcher=slurm's settings, with their defaults: sweep/conf/launcher/slurm.yaml
     ray_address: Optional[str] = None  # launcher=ray-cluster: "auto" or ray://head:10001
+
+
+def enum_fields(schema=SweepConfig, prefix: str = "") -> dict[str, type[Enum]]:
+    """The config keys whose value is one of an enum's words ('compile', 'run.rerun', ...)."""
+    found = {}
+    for f in fields(schema):
+        default = f.default_factory() if f.default_factory is not MISSING_FACTORY else f.default
+        if isinstance(default, Enum):
+            found[prefix + f.name] = type(default)
+        elif hasattr(type(default), "__dataclass_fields__"):
+            found.update(enum_fields(type(default), f"{prefix}{f.name}."))
+    return found
+
+
+def enum_problem(overrides: list[str]) -> str | None:
+    """One line for the first override that gives an enum key a word it does not know (Hydra's own
+    message spans lines); sweep functions (`choice(...)`, ...) are left to Hydra."""
+    known = enum_fields()
+    for override in overrides:
+        key, equals, value = override.partition("=")
+        key = key.lstrip("+~")
+        if not equals or key not in known or "(" in value:
+            continue
+        words = [m.name for m in known[key]]
+        for word in value.split(","):
+            if word.strip() not in words:
+                return f"{key}={value}: unknown value {word.strip()!r}; valid: {', '.join(words)}"
+    return None
 
 
 def mode_config(name: str, config: CheckpointConfig) -> ModeConfig:

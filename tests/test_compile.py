@@ -177,12 +177,21 @@ def test_the_compile_axis_through_the_sweep_and_its_table(tmp_path):
     assert f"{by[('layer', 'regional')][1]:.2f} s" in compiled
 
 
-def test_a_bad_compile_value_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("compile=regional,max", "compile=regional,max: unknown value 'max'; valid: none, regional, full"),
+        ("dtype=fp64", "dtype=fp64: unknown value 'fp64'; valid: auto, bf16, fp16, fp32"),
+        ("run.rerun=some", "run.rerun=some: unknown value 'some'; valid: none, failed, all"),
+    ],
+)
+def test_a_word_an_enum_does_not_know_is_refused_in_one_line(tmp_path, override, message):
     from tests.sweep_helpers import FAST, run_sweep
 
-    done = run_sweep(tmp_path / "c.db", "sweep=none", "preset=tiny", "mode=none", "compile=max", *FAST)
+    done = run_sweep(tmp_path / "c.db", "sweep=none", "preset=tiny", "mode=none", override, *FAST)
     assert done.returncode != 0
-    assert "compile" in done.stderr and "max" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"ckpt-sweep: {message}"
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "c.db").exists()
 
 
