@@ -110,13 +110,24 @@ def check_supported(name: str, device: str | torch.device) -> None:
         raise UnsupportedModeError(f"{name} needs compute capability {need} or newer; this GPU has {have}")
     if device.type in ("cpu", "meta"):  # meta: a prediction's build
         for key, value in scheme.cpu_environment:
-            os.environ.setdefault(key, value)
+            if key not in os.environ:
+                os.environ[key] = value
+                _SET_FOR_CPU.add(key)
     try:
         importlib.import_module(scheme.package)
     except ImportError as error:
         raise UnsupportedModeError(
             f"{name} needs the {scheme.package} package (pip install 'ckpt-sweep[quant]'): {error}"
         ) from None
+
+
+_SET_FOR_CPU: set[str] = set()  # environment keys this process set itself for a CPU or meta build
+
+
+def inherited_environment() -> dict[str, str]:
+    """This process's environment without what it set for its own CPU or meta builds: what a child
+    that builds for another device (a plan's measured verification on a GPU) should start from."""
+    return {key: value for key, value in os.environ.items() if key not in _SET_FOR_CPU}
 
 
 def quantize_base(model: nn.Module, name: str, device: str | torch.device) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ckptlib import MODES
 from ckptlib.planner import Candidate, describe
+from ckptlib.quantize import inherited_environment
 
 from .plan import SCHEDULE_FIELDS, Outcome, Request, recorded_schedule, schedule_key, size_text
 from .status import Status
@@ -51,7 +52,8 @@ def measure(
             f"hydra.searchpath=[file://{folder}]", f"db.url={db_url}", f"run.name={run_name}", "run.rerun=all",
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}",
         ]  # fmt: skip
-        finished = subprocess.run(command, capture_output=True, text=True)
+        # not the CPU settings this process's meta builds set (SDNQ without torch.compile)
+        finished = subprocess.run(command, capture_output=True, text=True, env=inherited_environment())
     if finished.returncode != 0:
         tail = (finished.stderr or finished.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise RuntimeError(f"the measured run failed: {tail[0]}")

@@ -176,3 +176,19 @@ def test_a_cpu_cell_over_the_host_budget_is_skipped_by_its_weights_or_its_predic
     assert result.status == Status.PREDICTED_OOM and reason in result.reason, result.reason
     assert "run.allow_large_cpu=true measures it anyway" in result.reason
     assert "build_s" not in result.timings and (result.breakdown is None) == (between == "under the weights")
+
+
+def test_a_gpu_cell_with_a_quantized_base_is_measured_without_a_prediction_first():
+    """Its prediction would import the quantizer with the CPU settings meta builds need, before the
+    GPU build: the cell goes straight to its measurement (nothing is built to predict it)."""
+    from sweep.scenarios.measure import _predicted_not_to_fit
+
+    def no_build(**kwargs):
+        raise AssertionError(f"built to predict: {kwargs}")
+
+    quantized = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch", quantization="int8-sdnq")
+    settings = MeasureSettings("cuda:0", warmup_steps=0, steps=1, skip_over_bytes=2**30)
+    assert _predicted_not_to_fit(quantized, quantized.checkpoint_config(), no_build, settings, {}) is None
+    plain = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch")
+    with pytest.raises(AssertionError, match="built to predict"):
+        _predicted_not_to_fit(plain, plain.checkpoint_config(), no_build, settings, {})

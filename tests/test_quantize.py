@@ -133,3 +133,34 @@ def test_quantization_axis_through_the_sweep(tmp_path):
     [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
     assert list(matrix.frame["Precision"]) == ["bf16", "int8 (TorchAO)", "fp8 (TorchAO)", "int8 (SDNQ)"]
     engine.dispose()
+
+
+def test_a_plans_measured_run_does_not_inherit_the_cpu_settings_of_its_meta_builds(monkeypatch):
+    """A plan's predictions build SDNQ bases on meta with SDNQ's CPU setting (no torch.compile); its
+    --verify run may measure on a GPU, so it starts from the environment without that setting."""
+    import os
+    import subprocess
+
+    from ckptlib import quantize
+    from sweep import plan_verify
+    from sweep.plan import Request
+
+    monkeypatch.delenv("SDNQ_USE_TORCH_COMPILE", raising=False)
+    monkeypatch.setattr(quantize, "_SET_FOR_CPU", set())
+    quantize.check_supported("int8-sdnq", "meta")
+    assert os.environ["SDNQ_USE_TORCH_COMPILE"] == "0"
+    seen = {}
+
+    def recorded(command, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(command, 1, "", "stopped here")
+
+    monkeypatch.setattr(plan_verify.subprocess, "run", recorded)
+    request = Request("synthetic", "ckptlib.synthetic.build", "tiny", 2**20, "1 MiB", device="cpu")
+    with pytest.raises(RuntimeError, match="stopped here"):
+        plan_verify.measure(request, [], ["none"], "sqlite:///unused.db", "verify", 1, 0)
+    assert "SDNQ_USE_TORCH_COMPILE" not in seen and seen["PATH"] == os.environ["PATH"]
+    monkeypatch.setenv("SDNQ_USE_TORCH_COMPILE", "0")  # the user's own setting is theirs to keep
+    monkeypatch.setattr(quantize, "_SET_FOR_CPU", set())
+    quantize.check_supported("int8-sdnq", "meta")
+    assert quantize.inherited_environment()["SDNQ_USE_TORCH_COMPILE"] == "0"
