@@ -1,5 +1,5 @@
 """The GPU acceptance script runs on a CPU too (tiny scale), so it cannot rot between GPU sessions.
-Its checks run through the script in two groups (--only), so the two test workers share them; the
+Its checks run through the script in groups (--only), so the test workers share them; the
 families check runs in process over a few families (tests/test_families.py trains every family in
 bf16 already)."""
 
@@ -20,8 +20,16 @@ GROUPS = {
         "environment": "skipped",
     },
     "oom,quantization": {"oom": "ok", "quantization": "ok"},
+    "studies": {"studies": "ok"},
 }
-MEASURED_CELLS = {"acceptance-harness": 6, "acceptance-oom": 2, "acceptance-quantization": 8}
+MEASURED_CELLS = {
+    "acceptance-harness": 6,
+    "acceptance-oom": 2,
+    "acceptance-quantization": 8,
+    "acceptance-compile": 2,
+    "acceptance-attention": 2,
+    "acceptance-batch": 2,
+}
 
 
 def run_script(out, only: str):

@@ -414,6 +414,12 @@ def environment(device: str, out: Path) -> Outcome:
     return _verdict("environment", problems, details)
 
 
+def _studies(device: str, out: Path) -> Outcome:
+    from .studies import studies
+
+    return studies(device, out)
+
+
 CHECKS = {
     "fork_server": Check(fork_server, 180),
     "offload": Check(offload, 240),
@@ -422,4 +428,5 @@ CHECKS = {
     "quantization": Check(quantization, 600),
     "families": Check(families, 300),
     "environment": Check(environment, 120),
+    "studies": Check(_studies, 600),
 }
