@@ -184,6 +184,7 @@ def test_the_compile_axis_through_the_sweep_and_its_table(tmp_path):
         ("dtype=fp64", "dtype=fp64: unknown value 'fp64'; valid: auto, bf16, fp16, fp32"),
         ("run.rerun=some", "run.rerun=some: unknown value 'some'; valid: none, failed, all"),
     ],
+    ids=["compile", "dtype", "run.rerun"],
 )
 def test_a_word_an_enum_does_not_know_is_refused_in_one_line(tmp_path, override, message):
     from tests.sweep_helpers import FAST, run_sweep
