@@ -34,10 +34,6 @@ COMPILE_MODES = ("none", "regional", "full")
 _VARIANT_CODE: dict[tuple[types.CodeType, tuple[str, ...]], types.CodeType] = {}
 
 
-def _identity(fn: Callable) -> Callable:
-    return fn
-
-
 @dataclass(frozen=True)
 class Compiler:
     """How `apply` treats the functions it wraps or runs, for one compile mode."""
@@ -72,7 +68,7 @@ class Compiler:
             return wrapper
         import torch
 
-        return torch._dynamo.disable(wrapper)  # recursive: what it calls stays eager, but for compiled functions
+        return torch._dynamo.disable(wrapper)  # what it calls runs eagerly too, but for compiled functions
 
     @contextlib.contextmanager
     def eager_random(self) -> Iterator[None]:
@@ -113,7 +109,9 @@ class Compiler:
 
 def _variant(method: Callable, wrapped: tuple[str, ...]) -> Callable:
     """`method` (a bound forward) running its variant's own copy of its code."""
-    function = method.__func__
+    function = getattr(method, "__func__", None)
+    if function is None:  # not a bound method: a forward of the model's own making, left as it is
+        return method
     code = _VARIANT_CODE.setdefault((function.__code__, wrapped), function.__code__.replace())
     copy = types.FunctionType(
         code, function.__globals__, function.__name__, function.__defaults__, function.__closure__
