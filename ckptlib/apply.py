@@ -262,7 +262,7 @@ def apply(
         for path, blocks in block_lists.items():
             _apply_plan(handle, config, spec, path, blocks, plans[path])
         if compiler.mode == "full":
-            handle._patch(model, compiler.model_forward(model.forward))
+            handle._patch(model, compiler.compute(model.forward))
         handle._hooks.append(model.register_forward_pre_hook(lambda *_: handle.start_step()))
     except BaseException:
         handle.remove()

@@ -58,10 +58,6 @@ class Compiler:
 
         return torch.compile(_variant(fn, wrapped) if wrapped else fn, backend=self.backend)
 
-    def model_forward(self, fn: Callable) -> Callable:
-        """The model's forward: compiled only in full mode."""
-        return self.compute(fn) if self.mode == "full" else fn
-
     def eager(self, wrapper: Callable) -> Callable:
         """One of ckptlib's wrappers: kept out of every compiled graph."""
         if not self.compiles:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .matrices import shape_groups, table_unit
+from .matrices import recorded_setting, shape_groups, table_unit
 from .query import cell_texts
 from .tables import SYNTHETIC_COLUMNS, StudyTable, mode_rank
 
@@ -19,9 +19,7 @@ LEGEND = (
 
 
 def attention_tables(cells: pd.DataFrame) -> list[StudyTable]:
-    cells = cells.assign(
-        asked=[(c or {}).get("attention", "auto") if isinstance(c, dict) else "auto" for c in cells["config"]]
-    )
+    cells = cells.assign(asked=[recorded_setting(c, "attention") for c in cells["config"]])
     return [
         StudyTable(f"{prefix}/attention", family, f"{family}: attention backends, {where}", _rows(group), LEGEND)
         for family, where, prefix, group in shape_groups(cells)

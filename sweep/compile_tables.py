@@ -9,7 +9,7 @@ import pandas as pd
 
 from ckptlib.compile import COMPILE_MODES
 
-from .matrices import shape_groups, table_unit
+from .matrices import recorded_setting, shape_groups, table_unit
 from .query import cell_texts
 from .tables import SYNTHETIC_COLUMNS, StudyTable, mode_rank
 
@@ -22,12 +22,8 @@ LEGEND = (
 )
 
 
-def compile_of(config) -> str:
-    return (config or {}).get("compile", "none") if isinstance(config, dict) else "none"
-
-
 def compile_tables(cells: pd.DataFrame) -> list[StudyTable]:
-    cells = cells.assign(compiled=[compile_of(c) for c in cells["config"]])
+    cells = cells.assign(compiled=[recorded_setting(c, "compile") for c in cells["config"]])
     return [
         StudyTable(f"{prefix}/compile", family, f"{family}: compilation, {where}", _rows(group), LEGEND)
         for family, where, prefix, group in shape_groups(cells)

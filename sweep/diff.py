@@ -17,8 +17,7 @@ from scipy.stats import mannwhitneyu
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from .compile_tables import compile_of
-from .matrices import table_unit, variant
+from .matrices import recorded_setting, table_unit, variant
 from .query import cell_texts, load_cells, load_runs, select_runs
 from .status import Status
 from .store import CellRow, Sample
@@ -82,7 +81,7 @@ def side(engine: Engine, selector: str) -> Side:
     cells = load_cells(engine, run_ids, attempt or "current")
     cells = cells.assign(
         variant=[variant(c, m) for c, m in zip(cells["config"], cells["mode"])],
-        compile=[compile_of(c) for c in cells["config"]],
+        compile=[recorded_setting(c, "compile") for c in cells["config"]],
     )
     label = cells["hardware"].iloc[0] if not cells.empty else run
     return Side(

@@ -99,6 +99,13 @@ CELL_DEFAULTS = {
 }
 
 
+def recorded_setting(config, name: str):
+    """One run setting of a recorded cell, its default where the cell does not record it (published
+    cells and cells recorded before the setting existed)."""
+    recorded = config.get(name) if isinstance(config, dict) else None
+    return CELL_DEFAULTS[name] if recorded is None else recorded
+
+
 def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
     """A cell's settings that differ from its mode's preset and the harness defaults, as text
     ('' for a default cell): what tells near-duplicate cells apart across runs. Settings in
@@ -220,7 +227,7 @@ def precision(cells: pd.DataFrame) -> pd.Categorical:
     """Each cell's precision as a row names it (bf16, fp32, int8 (TorchAO)), in the docs' order."""
 
     def dtype(config, kind) -> str:
-        declared = (config or {}).get("dtype", "auto") if isinstance(config, dict) else "auto"
+        declared = recorded_setting(config, "dtype")
         return declared if declared != "auto" else "fp32" if kind == "cpu" else "bf16"
 
     labels = [precision_label(q, dtype(c, k)) for q, c, k in zip(cells["quantization"], cells["config"], cells["kind"])]
