@@ -4,9 +4,10 @@
    schedules evaluated, the shallow predictions they took, and the extrapolation checked against
    full predictions for a few candidates (the recommendation for the card, a cut inside a list, a
    strided pattern on every block).
-2. On this CPU: the planner's pick for a budget against the docs' modes that fit, measured in one
-   run, and the Spearman rank correlation of predicted and measured sec/step over the frontier,
-   with the assumed step-time model and with one fitted to the docs modes' cells.
+2. On this CPU: the planner's pick for a budget against the docs' modes that fit, and the Spearman
+   rank correlation of predicted and measured sec/step over schedules spread across the frontier,
+   with the assumed step-time model and with one fitted to the docs modes' cells; every cell is
+   measured in `--rounds` runs and its median taken.
 
     python scripts/bench_plan.py --out reports/bench-plan.md
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +25,7 @@ import pandas as pd
 
 from ckptlib import MODES
 from ckptlib.extrapolate import ShallowPredictor
-from ckptlib.planner import describe, fit_throughput, plan_schedules
+from ckptlib.planner import Candidate, describe, fit_throughput, plan_schedules
 from ckptlib.units import GIB, MIB
 from sweep.builders import import_builder
 from sweep.plan import Request, assumed_throughput, make_plan, schedule_key
@@ -72,35 +74,49 @@ def plan_family(family: str, preset: str, quantization: str, vram_gib: float, wo
     }
 
 
-def cpu_study(preset: str, budget_mib: float, frontier_cells: int) -> dict:
+def spread(frontier: list[Candidate], count: int) -> list[Candidate]:
+    """`count` schedules of the frontier evenly spaced in predicted sec/step, its fastest and its
+    slowest included: neighbours on the frontier differ by less than a CPU step's noise, so a rank
+    correlation over them measures the noise, not the model."""
+    by_time = sorted(frontier, key=lambda c: c.seconds)
+    low, high = by_time[0].seconds, by_time[-1].seconds
+    picked: list[Candidate] = []
+    for rank in range(count):
+        goal = low + (high - low) * rank / max(count - 1, 1)
+        nearest = min((c for c in by_time if c not in picked), key=lambda c: abs(c.seconds - goal))
+        picked.append(nearest)
+    return sorted(picked, key=lambda c: c.peak_bytes)
+
+
+def cpu_study(preset: str, budget_mib: float, frontier_cells: int, steps: int, rounds: int) -> dict:
     request = Request(
         "synthetic", "ckptlib.synthetic.build", preset, int(budget_mib * MIB), f"{budget_mib} MiB", device="cpu"
     )
     outcome = make_plan(request, None)
     fitting = outcome.plan.fitting(request.budget_bytes)
-    front = [c for c in outcome.plan.frontier() if c.estimate.fits(request.budget_bytes)][-frontier_cells:]
+    front = spread(outcome.plan.frontier(), frontier_cells)
     chosen = [fitting[0], *[c for c in front if c is not fitting[0]]]
     fit_keys = {schedule_key(c.config) for c in fitting}
     chosen_keys = {schedule_key(c.config) for c in chosen}
     docs = [n for n, config in MODES.items() if schedule_key(config) in fit_keys - chosen_keys]
     with tempfile.TemporaryDirectory() as folder:
-        measured = measure(request, chosen, docs, f"sqlite:///{folder}/bench.db", "bench-plan", steps=7, warmup=2)
+        db = f"sqlite:///{folder}/bench.db"
+        measured = [measure(request, chosen, docs, db, f"bench-plan-{r}", steps, warmup=3) for r in range(rounds)]
+    ok = {name: row for name, row in measured[0].items() if row.status == "ok" and all(name in m for m in measured)}
+    seconds = {name: statistics.median(m[name].sec_per_step for m in measured) for name in ok}
     rows = []
     for rank, candidate in enumerate(chosen, 1):
-        row = measured.get(f"plan-{rank}")
-        if row is not None and row.status == "ok":
+        if f"plan-{rank}" in ok:
             rows.append({"schedule": describe(candidate.config), "predicted_s": candidate.seconds,
-                         "measured_s": row.sec_per_step, "peak_mib": row.peak_bytes / MIB,
+                         "measured_s": seconds[f"plan-{rank}"], "peak_mib": ok[f"plan-{rank}"].peak_bytes / MIB,
                          "estimate": candidate.estimate})  # fmt: skip
     by_key = {schedule_key(c.config): c.estimate for c in outcome.plan.candidates}
-    docs_cells = [(by_key[schedule_key(MODES[d])], measured[d].sec_per_step) for d in docs if d in measured]
+    docs_cells = [(by_key[schedule_key(MODES[d])], seconds[d]) for d in docs if d in ok]
     fitted = fit_throughput(docs_cells, False, "fitted to the docs modes") if len(docs_cells) >= 2 else None
     frame = pd.DataFrame(rows)
     if fitted is not None:
         frame["calibrated_s"] = [fitted.step_seconds(e) for e in frame["estimate"]]
-    fits_docs = {
-        d: measured[d].sec_per_step for d in docs if d in measured and measured[d].peak_bytes <= request.budget_bytes
-    }
+    fits_docs = {d: seconds[d] for d in docs if d in ok and ok[d].peak_bytes <= request.budget_bytes}
     best = min(fits_docs, key=fits_docs.get) if fits_docs else None
     pick = frame.iloc[0]
     return {
@@ -115,6 +131,8 @@ def cpu_study(preset: str, budget_mib: float, frontier_cells: int) -> dict:
         "spearman_assumed": frame["predicted_s"].corr(frame["measured_s"], method="spearman"),
         "spearman_calibrated": frame["calibrated_s"].corr(frame["measured_s"], method="spearman") if fitted else None,
         "frontier_measured": len(frame),
+        "steps": steps,
+        "rounds": rounds,
         "rows": frame.drop(columns="estimate").to_dict("records"),
     }
 
@@ -146,7 +164,7 @@ def markdown(families: list[dict], cpu: dict | None) -> str:
         lines += ["", f"CPU, synthetic {cpu['preset']}, budget {cpu['budget_mib']} MiB: the pick ({cpu['pick']}) measured "
                   f"{cpu['pick_s']:.4f} s/step at {cpu['pick_peak_mib']:.2f} MiB; the fastest docs mode that fits "
                   f"({cpu['best_docs']}) {cpu['best_docs_s']:.4f} s/step: ratio {cpu['ratio']:.3f}. Spearman over "
-                  f"{cpu['frontier_measured']} measured frontier schedules: {cpu['spearman_assumed']:.3f} (assumed "
+                  f"{cpu['frontier_measured']} measured schedules spread over the frontier (median of {cpu['rounds']} runs of {cpu['steps']} steps each): {cpu['spearman_assumed']:.3f} (assumed "
                   f"step-time model), {cpu['spearman_calibrated']:.3f} (fitted to the docs modes' cells)."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -158,7 +176,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cpu-preset", default="cpu-1024")
     parser.add_argument("--cpu-budget-mib", type=float, default=60)
-    parser.add_argument("--frontier-cells", type=int, default=8)
+    parser.add_argument("--frontier-cells", type=int, default=7, help="frontier schedules measured, spread in time")
+    parser.add_argument("--steps", type=int, default=15, help="timed steps per measured cell")
+    parser.add_argument("--rounds", type=int, default=3, help="measured runs of every cell; each cell's median")
     parser.add_argument("--no-cpu", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("reports/bench-plan.md"))
     options = parser.parse_args()
@@ -167,7 +187,11 @@ def main() -> None:
         family, preset, quantization = (entry.split(":") + ["none"])[:3]
         families.append(plan_family(family, preset, quantization, options.vram, options.workers))
         print(json.dumps(families[-1], default=str), flush=True)
-    cpu = None if options.no_cpu else cpu_study(options.cpu_preset, options.cpu_budget_mib, options.frontier_cells)
+    cpu = None
+    if not options.no_cpu:
+        cpu = cpu_study(
+            options.cpu_preset, options.cpu_budget_mib, options.frontier_cells, options.steps, options.rounds
+        )
     if cpu:
         print(json.dumps({k: v for k, v in cpu.items() if k != "rows"}, default=str), flush=True)
     options.out.parent.mkdir(parents=True, exist_ok=True)
