@@ -81,7 +81,7 @@ def spread(frontier: list[Candidate], count: int) -> list[Candidate]:
     by_time = sorted(frontier, key=lambda c: c.seconds)
     low, high = by_time[0].seconds, by_time[-1].seconds
     picked: list[Candidate] = []
-    for rank in range(count):
+    for rank in range(min(count, len(by_time))):
         goal = low + (high - low) * rank / max(count - 1, 1)
         nearest = min((c for c in by_time if c not in picked), key=lambda c: abs(c.seconds - goal))
         picked.append(nearest)
@@ -102,7 +102,7 @@ def cpu_study(preset: str, budget_mib: float, frontier_cells: int, steps: int, r
     with tempfile.TemporaryDirectory() as folder:
         db = f"sqlite:///{folder}/bench.db"
         measured = [measure(request, chosen, docs, db, f"bench-plan-{r}", steps, warmup=3) for r in range(rounds)]
-    ok = {name: row for name, row in measured[0].items() if row.status == "ok" and all(name in m for m in measured)}
+    ok = {name: row for name, row in measured[0].items() if all(name in m and m[name].status == "ok" for m in measured)}
     seconds = {name: statistics.median(m[name].sec_per_step for m in measured) for name in ok}
     rows = []
     for rank, candidate in enumerate(chosen, 1):
