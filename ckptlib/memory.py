@@ -28,6 +28,13 @@ _untracked = threading.local()
 # (temporaries: recomputed activations, gradients in flight), or by the optimizer step.
 CATEGORIES = ("parameters", "gradients", "optimizer", "inputs", "activations", "temporaries")
 
+# NOTE [ Device queries ]
+# The autograd engine asks every gradient's device from C++; on a tensor subclass that dispatches
+# its device (FakeTensor) the question comes to every dispatch mode as prim.device: six in ten of a
+# prediction's ops. It allocates nothing, and `.device` answers it without the modes below this one
+# (FakeTensor's own property), a seventh of a prediction's time.
+_DEVICE_QUERY = torch.ops.prim.device.default
+
 
 def plain_tensors(tensor: torch.Tensor):
     """The tensors that hold a tensor's memory: itself, or the inner tensors of a wrapper subclass
@@ -102,18 +109,25 @@ class LiveTensorTracker(TorchDispatchMode):
             self.live_by_category[category] += size
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE_QUERY:  # NOTE [ Device queries ]
+            return args[0].device
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if not getattr(_untracked, "active", False):
-            results = _tensors_in((out,), [])
-            if results:
-                # Views and in-place results share an input's storage: only new storages are allocations.
-                inputs = {storage_id(t) for t in _tensors_in(kwargs.values(), _tensors_in(args, []))}
-                category = self.phase or ("temporaries" if torch._C._current_graph_task_id() != -1 else "activations")
-                for t in results:
-                    if storage_id(t) not in inputs:
-                        self._register(t, category)
+        self.observe(func, args, kwargs, out)
         return out
+
+    def observe(self, func, args, kwargs, out) -> None:
+        """What an op did: its new storages are registered (a subclass may count more)."""
+        if getattr(_untracked, "active", False):
+            return
+        results = _tensors_in((out,), [])
+        if results:
+            # Views and in-place results share an input's storage: only new storages are allocations.
+            inputs = {storage_id(t) for t in _tensors_in(kwargs.values(), _tensors_in(args, []))}
+            category = self.phase or ("temporaries" if torch._C._current_graph_task_id() != -1 else "activations")
+            for t in results:
+                if storage_id(t) not in inputs:
+                    self._register(t, category)
 
     def _register(self, t: torch.Tensor, category: str) -> None:
         if t.device.type != self.device.type:
@@ -140,14 +154,19 @@ class LiveTensorTracker(TorchDispatchMode):
             self.live_by_category[category] -= size
 
 
-def step_peak(work, device: str | torch.device = "cpu", round_to: int = 1) -> LiveTensorTracker:
-    """Run one training step of `work` (a Workload) under a tracker that starts from everything
-    already alive (weights, gradients, optimizer state, inputs); the tracker holds the peak.
+def step_peak(
+    work,
+    device: str | torch.device = "cpu",
+    round_to: int = 1,
+    tracker_type: type[LiveTensorTracker] = LiveTensorTracker,
+) -> LiveTensorTracker:
+    """Run one training step of `work` (a Workload) under a tracker (a `tracker_type`) that starts
+    from everything already alive (weights, gradients, optimizer state, inputs); it holds the peak.
 
     The tracker also keeps the peak of each stage of the step: `forward`, `backward` (until a block
     list's first gradient), `backward <block list>` (from its first gradient: backward runs the
     lists last to first) and `optimizer`."""
-    tracker = LiveTensorTracker(device, round_to=round_to)
+    tracker = tracker_type(device, round_to=round_to)
     for category, tensors in _workload_tensors(work).items():
         tracker.track(*tensors, category=category)
     block_list = {id(p): path for path in work.spec.block_lists for p in work.model.get_submodule(path).parameters()}

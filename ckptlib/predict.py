@@ -23,13 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .apply import apply
 from .config import CheckpointConfig
-from .memory import CATEGORIES, step_peak
+from .memory import CATEGORIES, LiveTensorTracker, step_peak
 from .streams import ModelledStreams
 from .units import MIB
 from .workload import Workload, adamw_for
@@ -106,7 +106,7 @@ class Prediction:
     assumptions: list[str]
     seconds: float
     stage_peaks: dict[str, int] = field(default_factory=dict)  # the peak of each stage (memory.step_peak)
-    flops: int = 0  # of the tracked step, recompute included (FlopCounterMode; fused attention by formula)
+    flops: int = 0  # of the tracked step, recompute included (StepCounter; fused attention by formula)
     copied_bytes: int = 0  # offload traffic of the tracked step: device-to-host plus host-to-device
     context_bytes: int = 0
     report: dict = field(default_factory=dict)  # the checkpoint handle's report of the tracked step
@@ -159,8 +159,7 @@ def predict(
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
         work.settle()  # optimizer state and the lazily drawn target exist in every measured step
         _FUSED_ATTENTION_FLOPS[0] = 0
-        with FlopCounter() as flops:
-            tracker = step_peak(work, "cpu", round_to=model.allocator_round_bytes)
+        tracker = step_peak(work, "cpu", round_to=model.allocator_round_bytes, tracker_type=StepCounter)
     breakdown = {c: tracker.peak_by_category.get(c, 0) for c in CATEGORIES}
     if model.workspace_bytes:
         breakdown["workspace"] = model.workspace_bytes
@@ -168,7 +167,7 @@ def predict(
     return Prediction(
         peak_bytes=tracker.peak_bytes + model.workspace_bytes,
         stage_peaks={stage: peak + model.workspace_bytes for stage, peak in tracker.peak_by_stage.items()},
-        flops=flops.total + _FUSED_ATTENTION_FLOPS[0],
+        flops=tracker.flops + _FUSED_ATTENTION_FLOPS[0],
         copied_bytes=report.offload.get("bytes_offloaded", 0) + report.offload.get("bytes_reloaded", 0),
         breakdown=breakdown,
         host_offload_bytes=report.pool.get("peak_held_bytes", 0),
@@ -180,23 +179,22 @@ def predict(
     )
 
 
-class FlopCounter(TorchDispatchMode):
-    """The FLOPs of the ops torch has formulas for (matmuls, convolutions, attention), recompute
-    included. Not FlopCounterMode: its module tracker's backward hooks form reference cycles that
-    keep autograd nodes, and the activations they save, alive until the garbage collector runs,
-    which moves the peak it is measuring."""
+class StepCounter(LiveTensorTracker):
+    """The live-tensor tracker that also counts the FLOPs of the ops torch has formulas for
+    (matmuls, convolutions, attention), recompute included: one dispatch mode, not two, on every op
+    of a prediction. Not FlopCounterMode: its module tracker's backward hooks form reference cycles
+    that keep autograd nodes, and the activations they save, alive until the garbage collector
+    runs, which moves the peak it is measuring."""
 
-    def __init__(self):
-        super().__init__()
-        self.total = 0
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.flops = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+    def observe(self, func, args, kwargs, out) -> None:
+        super().observe(func, args, kwargs, out)
         formula = flop_registry.get(func._overloadpacket)
         if formula is not None:
-            self.total += formula(*args, **kwargs, out_val=out)
-        return out
+            self.flops += formula(*args, **kwargs, out_val=out)
 
 
 def truncate_blocks(model: nn.Module, keep: Mapping[str, int]) -> None:
@@ -259,7 +257,7 @@ def _fake_tensor(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
     return mode.from_tensor(t)
 
 
-# FLOPs of the fused attention stand-in, which runs no aten op a FlopCounterMode could count.
+# FLOPs of the fused attention stand-in, which runs no aten op with a FLOP formula.
 _FUSED_ATTENTION_FLOPS = [0]
 
 
