@@ -178,3 +178,35 @@ def test_bad_prediction_settings_are_refused_before_anything_runs(tmp_path):
     done = run_sweep(db, "sweep=none", "preset=tiny", "device=cpu", "skip_predicted_oom=true")
     assert done.returncode != 0 and "skip_predicted_oom on a CPU needs a card size: set card_gib" in done.stderr
     assert not db.exists() or query(db, "select count(*) from cells") == [(0,)]
+
+
+def test_the_trackers_answer_the_engines_device_queries_and_count_flops_without_another_mode():
+    """NOTE [ Device queries ]: the backward's prim.device queries on fake tensors stop at the
+    tracker (a mode below it sees none), and its FLOPs are those of FlopCounterMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ckptlib.predict import StepCounter
+
+    class Below(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    def step():
+        x = torch.randn(8, 16, requires_grad=True)
+        w = torch.randn(16, 4, requires_grad=True)
+        (x @ w).relu().sum().backward()
+
+    with FakeTensorMode(), Below() as below, StepCounter() as counter:
+        step()
+    assert torch.ops.aten.mm.default in below.seen
+    assert torch.ops.prim.device.default not in below.seen
+    with FakeTensorMode(), FlopCounterMode(display=False) as reference:
+        step()
+    assert counter.flops == reference.get_total_flops() > 0
