@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A standalone Ray head on this machine for the ray-cluster tests, started outside any sweep.
-#   scripts/ray.sh start   starts `ray start --head` (this machine's CPUs) in a session of its own,
+#   scripts/ray.sh start   starts `ray start --head` (this machine's CPUs, token authentication) in a session of its own,
 #                          waits until it is up, prints its address (for ray_address=...)
 #   scripts/ray.sh stop    ends that session: the head and every worker it started, nothing else
 # `ray` is the one on PATH, else .venv/bin/ray; $RAY names another. Port $CKPT_SWEEP_RAY_PORT (6390).
@@ -14,9 +14,13 @@ session_alive() { [ -s "$DIR/session" ] && [ -n "$(ps -eo sid=,stat= | awk -v s=
 case "${1:-}" in
   start)
     if session_alive; then cat "$DIR/address"; exit 0; fi
-    mkdir -p "$DIR"
+    mkdir -p "$DIR" "$HOME/.ray"
     rm -f "$DIR/address"
-    setsid "$RAY" start --head --port="$PORT" --num-cpus="$(nproc)" --include-dashboard=false \
+    # Token authentication, as a cluster has it: `ray start` turns it on only where a token already
+    # exists, and a driver with RAY_AUTH_MODE=token then finds none. The token (~/.ray/auth_token) is
+    # made once, under a lock: two heads starting at once would each write their own.
+    flock "$HOME/.ray/ckpt-sweep-token.lock" "$RAY" get-auth-token --generate >/dev/null
+    RAY_AUTH_MODE=token setsid "$RAY" start --head --port="$PORT" --num-cpus="$(nproc)" --include-dashboard=false \
       --disable-usage-stats --temp-dir="$DIR" --block >"$DIR/head.log" 2>&1 </dev/null &
     head=$!
     # setsid runs in place (a background job of a script leads no process group): the head's pid is
