@@ -7,8 +7,9 @@ traffic, and the step's peak falls at the same point of the step (the start of b
 recompute of the region backward reaches first) however deep the stack. So the peak, the FLOPs and
 the copied bytes are affine in the number of periods of the pattern on each list, as long as the
 tail (the blocks after the last whole period) stays the same. A list of N blocks under a pattern of
-period p is therefore predicted at depth b = p + N mod p and at b + p, every other list at its own
-b, and the difference extrapolated to N. Only schedules that are uniform per list extrapolate this
+period p is therefore predicted at depth b = w p + N mod p (w warm periods, `_warm_periods`, a
+remainder's own region standing for one of them) and at b + p, every other list at its own b, and
+the difference extrapolated to N. Only schedules that are uniform per list extrapolate this
 way: the pattern on the first lists, plain blocks on the rest (`layered`). The planner interpolates
 between those for a cut inside a list. `check` compares an extrapolation with the full prediction.
 

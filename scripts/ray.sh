@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A standalone Ray head on this machine for the ray-cluster tests, started outside any sweep.
-#   scripts/ray.sh start   starts `ray start --head` (this machine's CPUs, token authentication) in a session of its own,
-#                          waits until it is up, prints its address (for ray_address=...)
+#   scripts/ray.sh start   starts `ray start --head` (this machine's CPUs, token authentication) in a
+#                          session of its own, waits until it is up, prints its address (for ray_address=...)
 #   scripts/ray.sh stop    ends that session: the head and every worker it started, nothing else
 # `ray` is the one on PATH, else .venv/bin/ray; $RAY names another. Port $CKPT_SWEEP_RAY_PORT (6390).
 set -euo pipefail
