@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The first-GPU acceptance run (see sweep/acceptance/__init__.py):
+"""The first-GPU acceptance run (see sweep/acceptance/__init__.py), in two invocations on a GPU:
 
-python scripts/gpu_acceptance.py                      # on a GPU machine: every check, on cuda
+python scripts/gpu_acceptance.py --out acceptance/                    # the core checks, on cuda
+python scripts/gpu_acceptance.py --out acceptance/ --part studies     # then the studies
 python scripts/gpu_acceptance.py --device cpu --out /tmp/acceptance   # the same checks, tiny, on a CPU
 """
 

@@ -16,7 +16,7 @@ from ckptlib.units import GIB
 from . import configs, cpu_guard, environment, progress, store
 from .builders import describe_shape, import_builder
 from .cell import Cell, cell_from_config
-from .isolation import run_isolated
+from .isolation import preload_note, run_isolated
 from .results import CellResult
 from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
 from .status import RETRYABLE, Status
@@ -75,15 +75,13 @@ def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
     the host's free memory)."""
     if cfg.predict:
         return predict_cell, (cell.as_dict(), PredictSettings(cfg.predict_device, card_bytes(cfg)))
-    skip_over = None
-    if cfg.skip_predicted_oom:
-        skip_over = card_bytes(cfg) or environment.device_memory_bytes(device)
     host_budget = cpu_guard.host_budget_bytes() if device == "cpu" and not cfg.run.allow_large_cpu else None
     settings = MeasureSettings(
         device,
         cfg.measure.warmup_steps,
         cfg.measure.steps,
-        skip_over,
+        cfg.skip_predicted_oom,
+        card_bytes(cfg),
         host_budget,
         cfg.measure.numerics,
         cfg.measure.profile_steps if cfg.measure.profile else 0,
@@ -165,6 +163,7 @@ def record(cell: Cell, state: RunState, result: CellResult) -> dict:
         "sec_per_step": result.sec_per_step,
         "peak_bytes": result.peak_bytes,
         "wall_s": result.timings.get("wall_s"),
+        "note": preload_note(),
     }
 
 

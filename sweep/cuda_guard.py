@@ -3,12 +3,15 @@
 NOTE [ CUDA and the fork server ]: a process that has initialised CUDA cannot hand a working CUDA
 to a forked child ("Cannot re-initialize CUDA in forked subprocess"), and even
 `torch.cuda.is_available()` starts the driver (cudaGetDeviceCount). Preloaded packages do ask:
-transformers imports torchao, whose import calls `is_available()` and `get_device_capability()`.
-So the fork server imports its preload under this guard (`sweep.forkserver` installs it first):
-device queries are answered from NVML, which starts nothing; anything that would start CUDA
-raises ImportError, so the fork server leaves that module to the child to import. Each child
-lifts the guard before its cell runs, then checks that CUDA is still untouched
-(`sweep.isolation.child_main`).
+transformers imports torchao, whose import calls `is_available()` and `get_device_capability()`,
+and, where Triton is installed (every CUDA image), torch's `has_triton()`, which reads the current
+device's properties. So the fork server imports its preload under this guard (`sweep.forkserver`
+installs it first): device queries, `has_triton()` among them, are answered from NVML, which
+starts nothing; anything else that would start CUDA raises ImportError, and the fork server
+leaves what failed to the child (NOTE [ The fork server owns its preload ] in
+sweep/forkserver.py). Each child lifts the guard before its cell runs, then checks that CUDA is
+still untouched (`sweep.isolation.child_main`). A module imported under the guard keeps the answer
+it was given (torchao binds `has_triton` at import): each answer is the one CUDA would give.
 """
 
 from __future__ import annotations
@@ -71,11 +74,27 @@ def install() -> None:
         (torch.cuda, "_lazy_init"): lambda *_, **__: refuse("_lazy_init"),
         (torch.cuda, "init"): lambda *_, **__: refuse("init"),
     }
+    import torch.utils._triton as triton_checks
+
+    replacements[(triton_checks, "has_triton")] = answer("has_triton", lambda: _has_triton(visible))
     if hasattr(torch._C, "_cuda_getDeviceCount"):  # CUDA builds only
         replacements[(torch._C, "_cuda_getDeviceCount")] = answer("_cuda_getDeviceCount", lambda: len(visible))
     for (owner, name), replacement in replacements.items():
         _originals[(owner, name)] = getattr(owner, name)
         setattr(owner, name, replacement)
+
+
+def _has_triton(visible) -> bool:
+    """torch.utils._triton.has_triton, with the CUDA device's capability read from NVML."""
+    from torch.utils._triton import has_triton_package
+
+    if not has_triton_package():
+        return False
+    if any(gpu.capability and gpu.capability[0] >= 7 for gpu in visible):
+        return True
+    import triton.backends
+
+    return "cpu" in triton.backends.backends
 
 
 def lift() -> None:

@@ -90,12 +90,6 @@ def hardware_label(device: str) -> str:
     return f"CPU: {cpu_model()}"
 
 
-def device_memory_bytes(device: str) -> int | None:
-    """Total memory of the GPU a cell sees (NVML, CUDA left uninitialised); None on a CPU or where
-    NVML cannot tell (see gpus.Gpu.memory_note)."""
-    return gpu_info(device).get("memory_bytes") if device.startswith("cuda") else None
-
-
 def prediction_label(device_model: str, card_bytes: int | None) -> str:
     card = f", {card_bytes / GIB:g} GiB card" if card_bytes else ""
     return f"predicted: {device_model}{card}"

@@ -188,8 +188,10 @@ def count() -> int:
 
 
 def device_index(device: str) -> int:
-    """`cuda` -> 0, `cuda:2` -> 2."""
-    _, _, index = device.partition(":")
+    """`cuda` -> 0, `cuda:2` -> 2; LookupError for a device that is not a GPU (`cpu`, `predicted:cuda`)."""
+    kind, _, index = device.partition(":")
+    if kind != "cuda":
+        raise LookupError(f"{device}: not a CUDA device")
     return int(index or 0)
 
 

@@ -21,13 +21,16 @@ from multiprocessing.connection import wait
 from .results import CellResult
 from .status import Status
 
-# The guard comes first: everything after it is imported with CUDA guarded.
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exits
-PRELOAD = ["sweep.forkserver", "torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.isolation", "sweep.scenarios"]
+# The fork server imports sweep.forkserver only; it imports these, with CUDA guarded (NOTE [ The
+# fork server owns its preload ] in sweep/forkserver.py).
+PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.isolation", "sweep.scenarios"]
+PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
 # What a builder's module needs preloaded besides itself: every diffusers class for the families
 # (5 s of imports a child would otherwise pay per cell).
 PRELOAD_FOR = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
 _context = None
+preload_failures: dict[str, str] = {}  # what the fork server could not preload (module -> why), once known
 
 
 def preload_modules(builder_module: str) -> list[str]:
@@ -39,7 +42,8 @@ def fork_server(builder_module: str):
     global _context
     if _context is None:
         _context = mp.get_context("forkserver")
-        _context.set_forkserver_preload(preload_modules(builder_module))
+        os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module))
+        _context.set_forkserver_preload(["sweep.forkserver"])
     return _context
 
 
@@ -86,6 +90,9 @@ def _await(child, receiver, timeout_s: float, on_phase) -> CellResult:
         if isinstance(message, tuple) and message[:1] == ("phase",):
             on_phase(message[1])
             continue
+        if isinstance(message, tuple) and message[:1] == ("preload",):
+            preload_failures.update(message[1])
+            continue
         if message is not None:
             result = message
         elif not ready:
@@ -119,6 +126,14 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def preload_note() -> str | None:
+    """One line on what the fork server could not preload (None when it preloaded everything)."""
+    if not preload_failures:
+        return None
+    failed = "; ".join(f"{module} ({why})" for module, why in sorted(preload_failures.items()))
+    return f"imported in the cell's own process, which the fork server could not preload: {failed}"
+
+
 def child_main(conn, task, args: tuple, visible_devices: str | None, reports_phases: bool = False) -> None:
     from . import cuda_guard
 
@@ -136,6 +151,9 @@ def child_main(conn, task, args: tuple, visible_devices: str | None, reports_pha
     started = time.perf_counter()
     try:
         cuda_guard.check_untouched()
+        failed = getattr(sys.modules.get("sweep.forkserver"), "FAILED", {})  # NOTE [ The fork server owns its preload ]
+        if failed:
+            conn.send(("preload", failed))
         result = task(*args, progress=lambda phase: conn.send(("phase", phase))) if reports_phases else task(*args)
     except Exception as error:  # noqa: BLE001 - a harness error still reaches the database as a status
         from .outcome import failure

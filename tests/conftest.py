@@ -16,3 +16,14 @@ def postgres_url():
     name, url = create_database()
     yield url
     drop_database(name)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """One H100 at torch's C boundary (tests/support/fake_cuda.py); torch.cuda's Python code is real.
+    Dynamo is imported first, on this CPU host: its import-time choices would outlive the fake."""
+    import torch._dynamo  # noqa: F401
+
+    from tests.support.fake_cuda import FakeCuda
+
+    return FakeCuda().install(monkeypatch)

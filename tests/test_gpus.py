@@ -56,8 +56,8 @@ def test_parsing_stops_at_the_first_entry_that_names_nothing(machine):
 def test_the_cells_device_picks_its_card_and_label(machine, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{B},{MIG}")
     assert environment.hardware_label("cuda") == "H100 80GB HBM3"
-    assert environment.device_memory_bytes("cuda:0") == 94 * 2**30
-    assert environment.device_memory_bytes("cuda:1") == 40 * 2**30
+    assert environment.gpu_info("cuda:0")["memory_bytes"] == 94 * 2**30
+    assert environment.gpu_info("cuda:1")["memory_bytes"] == 40 * 2**30
     assert environment.hardware_label("cuda:1") == "H100 80GB HBM3 MIG 3g.40gb"
     with pytest.raises(LookupError, match="cuda:2: only 2 GPU"):
         gpus.gpu_for("cuda:2")

@@ -1,4 +1,6 @@
-"""The fork server and its children: fork safety on a (simulated) CUDA host, exit reasons."""
+"""The fork server and its children on a (fake) CUDA host: the server preloads without starting
+CUDA, with Triton installed as on every CUDA image, survives a preload that fails, and hands its
+children an uninitialised CUDA; exit reasons."""
 
 import json
 import subprocess
@@ -8,64 +10,99 @@ import pytest
 import torch
 
 from sweep import cuda_guard
-from sweep.isolation import exit_reason, preload_modules
-from tests.sweep_helpers import ROOT
+from sweep.isolation import exit_reason
+from tests.sweep_helpers import ROOT, SUPPORT
 
-PROBE = """
-import json, sys
-from sweep import isolation
-from tests.support.simulated_cuda_host import report_preload
-
-isolation.PRELOAD.insert(0, "tests.support.simulated_cuda_host")  # before the guard: it stands for the host
-result = isolation.run_isolated(report_preload, (), 120, sys.argv[1])
-print("REPORT", json.dumps({"status": result.status, "reason": result.reason, **(result.report or {})}))
-"""
+PROBES = "tests.support.fork_server_probes"
 
 
-def probe(builder_module: str) -> dict:
+def probe(task: str, *args: str) -> dict:
+    """`task` of tests/support/fork_server_probes.py in a process on a fake CUDA host (one H100)."""
+    env = {"CKPT_SWEEP_FAKE_CUDA": "h100", "PYTHONPATH": f"{ROOT}:{SUPPORT / 'fake_cuda_host'}"}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, builder_module], capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "-m", PROBES, task, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**__import__("os").environ, **env},
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(lines[-1].removeprefix("REPORT "))
 
 
+def triton_installed() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("builder_module", ["ckptlib.synthetic", "ckptlib.families.builders"])
-def test_the_fork_server_preloads_without_asking_cuda_anything(builder_module):
-    """On a host that looks like it has a GPU, torchao's import (through peft and diffusers) asks
-    torch.cuda about the device: the guard answers from NVML, so none of torch.cuda's own entry
-    points (which would start CUDA before the fork) is reached."""
-    report = probe(builder_module)
+def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_module):
+    """torchao's import (through peft and diffusers) asks about the device, and with Triton installed
+    runs torch's has_triton(): the guard answers from NVML, so no torch._C._cuda_* entry point is
+    reached before the fork, nothing fails to preload, and the child starts with CUDA untouched."""
+    report = probe("state_at_fork", builder_module)
     assert report["status"] == "ok", report
-    assert report["calls_during_preload"] == []
-    assert {"is_available", "get_device_capability"} <= set(report["guard_answered"])  # the imports did ask
-    assert report["guard_refused"] == []
+    assert report["server_calls"] == [] and report["preload_failures"] == {}
+    answered = {"is_available", "get_device_capability"} | ({"has_triton"} if triton_installed() else set())
+    assert answered <= set(report["guard_answered"]) and report["guard_refused"] == []
     assert report["initialized"] is False and report["bad_fork"] is False
-    assert report["is_available_after_lift"] is True and report["calls_after_lift"] == ["is_available"]
+    assert report["child_sees_cuda"] is True  # torch's own check, through the C entry point, after the lift
 
 
-def test_the_guard_goes_first_in_every_preload():
-    for module in ("ckptlib.synthetic", "ckptlib.families.builders", "mypkg.model"):
-        assert preload_modules(module)[0] == "sweep.forkserver"
+@pytest.mark.skipif(not triton_installed(), reason="needs Triton (pip install triton; CI installs it)")
+def test_a_family_cell_measures_ok_through_the_fork_server_on_a_cuda_host_with_triton():
+    """Before the guard answered has_triton, the fork server died during preload on such a host and
+    every family cell ended in 'EOFError: unexpected EOF'."""
+    report = probe("family_cell")
+    assert report["status"] == "ok", report
+    assert report["preload_failures"] == {} and report["sec_per_step"] > 0
 
 
-def test_a_child_refuses_to_run_after_cuda_was_initialised(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+def test_a_preload_that_fails_restarts_the_server_without_it():
+    """A module that turns the guard's refusal into a RuntimeError (as diffusers' lazy modules do):
+    the server survives, starts again without it, and says so; the child imports it itself."""
+    report = probe("after_failed_preload")
+    assert report["status"] == "ok", report
+    assert list(report["preload_failures"]) == ["tests.support.needs_cuda_at_import"]
+    assert "RuntimeError" in report["preload_failures"]["tests.support.needs_cuda_at_import"]
+    assert report["left_behind"] == []  # nothing the failed import loaded is in the child
+    assert report["device_in_child"] == 0 and report["second_cell"] == "ok"
+
+
+def test_a_child_refuses_to_run_after_cuda_was_initialised(fake_cuda):
+    cuda_guard.check_untouched()
+    torch.cuda.init()  # torch's own lazy initialisation, over the fake C entry points
     with pytest.raises(RuntimeError, match="CUDA was initialised in the fork server"):
         cuda_guard.check_untouched()
 
 
-def test_guarded_initialisation_is_an_import_error_and_lifting_restores_torch():
+def test_a_child_of_a_bad_fork_refuses_to_run(fake_cuda):
+    fake_cuda.bad_fork = True
+    with pytest.raises(RuntimeError, match="CUDA was initialised in the fork server"):
+        cuda_guard.check_untouched()
+
+
+def test_guarded_initialisation_is_an_import_error_and_lifting_restores_torch(fake_cuda, monkeypatch):
+    from tests.support import fake_nvml
+    from tests.support.fake_cuda import H100
+
+    fake_nvml.install([fake_nvml.from_fake_gpu(H100)], monkeypatch)
     original = torch.cuda._lazy_init
     cuda_guard.install()
     try:
         with pytest.raises(ImportError, match="would initialise CUDA in the fork server"):
             torch.cuda.current_device()
-        assert torch.cuda.is_available() is False  # NVML sees no GPU here
+        assert torch.cuda.is_available() is True  # from NVML
+        assert fake_cuda.calls == []
     finally:
         cuda_guard.lift()
     assert torch.cuda._lazy_init is original
+    assert torch.cuda.current_device() == 0 and ("_cuda_init",) in fake_cuda.calls
 
 
 @pytest.mark.parametrize(

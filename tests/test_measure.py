@@ -1,6 +1,7 @@
 """The measure scenario: sec/step is the median of the measured steps only; on CUDA every call
 names the cell's device, every timed step is bracketed by its synchronisation and the peaks are
-reset after warmup (torch.cuda stood in for by a recorder); exceptions map to the right status."""
+reset after warmup (torch's own torch.cuda over fake C entry points, tests/support/fake_cuda.py);
+exceptions map to the right status."""
 
 import pytest
 import torch
@@ -10,8 +11,6 @@ from sweep.outcome import classify
 from sweep.scenarios import MeasureSettings, measure_cell, timed_steps
 from sweep.scenarios.devices import CpuDevice
 from sweep.status import Status
-
-DEVICE = torch.device("cuda:1")
 
 
 class ScriptedStep:
@@ -41,67 +40,79 @@ def test_sec_per_step_is_the_median_of_the_measured_steps_only():
 
 
 @pytest.fixture
-def cuda_log(monkeypatch):
-    """torch.cuda's measuring calls, recorded with the device they name."""
-    log = []
-
-    def recorder(name, value=None):
-        def call(*args, **kwargs):
-            log.append((name, *args))
-            return value
-
-        return call
-
-    for name, value in {
-        "set_device": None,
-        "synchronize": None,
-        "reset_peak_memory_stats": None,
-        "reset_accumulated_memory_stats": None,
-        "empty_cache": None,
-        "max_memory_allocated": 2**30,
-        "max_memory_reserved": 2**31,
-        "memory_stats": {"num_alloc_retries": 3},
-        "get_device_name": "NVIDIA H100 80GB HBM3",
-    }.items():
-        monkeypatch.setattr(torch.cuda, name, recorder(name, value))
+def cuda_steps(fake_cuda, monkeypatch):
+    """Two fake H100s at torch's C boundary; each model forward logged among the CUDA calls."""
+    fake_cuda.gpus.append(fake_cuda.gpus[0])
+    fake_cuda.peak_bytes.update({0: 2**30, 1: 2**30})
+    fake_cuda.alloc_retries.update({0: 3, 1: 3})
     original = torch.nn.Module.__call__
 
     def step_marker(module, *args, **kwargs):  # one entry per model forward: where a step runs
         if module.__class__.__name__ == "SyntheticTransformer":
-            log.append(("forward",))
+            fake_cuda.calls.append(("forward",))
         return original(module, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.Module, "__call__", step_marker)
-    return log
+    return fake_cuda
 
 
-def test_every_cuda_call_names_the_cells_device_and_brackets_each_step(cuda_log):
-    cell = Cell(
-        family="synthetic",
-        builder="tests.support.cpu_builder.build",
-        preset="tiny",
-        mode="layer",
-        backend="torch",
-        training="lora",
-    ).as_dict()
-    result = measure_cell(cell, MeasureSettings("cuda:1", warmup_steps=2, steps=3))
+CPU_BUILT = dict(family="synthetic", builder="tests.support.cpu_builder.build", preset="tiny")
+
+# the allocator's counters and synchronisation, each of one device
+DEVICE_CALLS = {"_cuda_synchronize", "_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_setDevice"}
+
+
+@pytest.mark.parametrize("device, index", [("cuda", 0), ("cuda:1", 1)])
+def test_every_cuda_call_names_the_cells_device_and_brackets_each_step(cuda_steps, device, index):
+    """torch.cuda's own functions run (only their C entry points are fake): an index-less `cuda`
+    is device 0, and every synchronisation and counter is of the cell's device."""
+    cell = Cell(**CPU_BUILT, mode="layer", backend="torch", training="lora").as_dict()
+    result = measure_cell(cell, MeasureSettings(device, warmup_steps=2, steps=3))
     assert result.status == "ok", result.reason
-    assert result.peak_bytes == 2**30 and result.peak_reserved_bytes == 2**31 and result.alloc_retries == 3
+    assert result.peak_bytes == 2**30 and result.peak_reserved_bytes == 2**31 and result.alloc_retries == 0
     assert result.device_name == "NVIDIA H100 80GB HBM3" and result.first_step_peak_bytes == 2**30
-    device_calls = [entry for entry in cuda_log if entry[0] not in ("forward", "empty_cache")]
-    assert all(entry[1:] == (DEVICE,) for entry in device_calls), device_calls
-    names = [entry[0] for entry in cuda_log]
+    calls = cuda_steps.calls
+    assert [c[1] for c in calls if c[0] in DEVICE_CALLS] == [index] * sum(c[0] in DEVICE_CALLS for c in calls)
+    names = [c[0] for c in calls]
     probe, *forwards = [i for i, name in enumerate(names) if name == "forward"]
     assert len(forwards) == 5  # and before them the attention probe's, outside the timed steps
-    assert probe < names.index("reset_peak_memory_stats")
+    assert names.index("_cuda_setDevice") < probe < names.index("_cuda_resetPeakMemoryStats")
     for i in forwards:  # each step: synchronize, the step, synchronize
-        assert names[i - 1] == "synchronize" and names[i + 1] == "synchronize"
+        assert names[i - 1] == "_cuda_synchronize" and names[i + 1] == "_cuda_synchronize"
     first_measured = forwards[2]
-    resets = [i for i, name in enumerate(names) if name == "reset_accumulated_memory_stats"]
+    resets = [i for i, name in enumerate(names) if name == "_cuda_resetAccumulatedMemoryStats"]
     assert resets and forwards[1] < resets[-1] < first_measured  # counters (alloc retries) exclude warmup
-    peaks = [i for i, name in enumerate(names) if name == "reset_peak_memory_stats"]
+    peaks = [i for i, name in enumerate(names) if name == "_cuda_resetPeakMemoryStats"]
     assert forwards[1] < peaks[-1] < first_measured
-    assert names.index("max_memory_allocated") > forwards[0]
+    assert names.index("_cuda_memoryStats") > forwards[0]
+
+
+def test_a_device_that_cannot_be_set_up_is_a_recorded_status(fake_cuda):
+    """Setting up the device runs inside the scenario: a device CUDA refuses is a failed cell, not
+    an exception out of the child's task."""
+    cell = Cell(**CPU_BUILT, mode="none", backend="none").as_dict()
+    result = measure_cell(cell, MeasureSettings("cuda:3", warmup_steps=0, steps=1))
+    assert result.status == Status.FAILED and "invalid device ordinal" in result.reason
+
+
+class Prediction:
+    """A prediction between what CUDA can allocate on an H100 (79.18 GiB) and what NVML reports (79.65)."""
+
+    peak_bytes, context_bytes, breakdown = round(79.4 * 2**30), 0, {}
+
+    def fits(self, card_bytes):
+        return self.peak_bytes <= card_bytes
+
+
+def test_a_predicted_oom_skip_measures_the_card_by_what_cuda_can_allocate(fake_cuda, monkeypatch):
+    from sweep.scenarios import measure
+
+    monkeypatch.setattr(measure, "predict", lambda *args: Prediction())
+    cell = Cell(**CPU_BUILT, mode="none", backend="none").as_dict()
+    result = measure_cell(cell, MeasureSettings("cuda", warmup_steps=0, steps=1, skip_predicted_oom=True))
+    assert result.status == Status.PREDICTED_OOM and "exceeds the 79.18 GiB card" in result.reason, result.reason
+    given = measure_cell(cell, MeasureSettings("cuda", 0, 1, skip_predicted_oom=True, card_bytes=80 * 2**30))
+    assert given.status == Status.OK  # a card size given (card_gib) is taken as it is
 
 
 class FakeDevice:
@@ -187,8 +198,8 @@ def test_a_gpu_cell_with_a_quantized_base_is_measured_without_a_prediction_first
         raise AssertionError(f"built to predict: {kwargs}")
 
     quantized = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch", quantization="int8-sdnq")
-    settings = MeasureSettings("cuda:0", warmup_steps=0, steps=1, skip_over_bytes=2**30)
-    assert _predicted_not_to_fit(quantized, quantized.checkpoint_config(), no_build, settings, {}) is None
+    settings = MeasureSettings("cuda:0", warmup_steps=0, steps=1, skip_predicted_oom=True)
+    assert _predicted_not_to_fit(quantized, quantized.checkpoint_config(), no_build, settings, 2**30, {}) is None
     plain = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch")
     with pytest.raises(AssertionError, match="built to predict"):
-        _predicted_not_to_fit(plain, plain.checkpoint_config(), no_build, settings, {})
+        _predicted_not_to_fit(plain, plain.checkpoint_config(), no_build, settings, 2**30, {})

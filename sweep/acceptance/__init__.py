@@ -1,11 +1,16 @@
-"""The first-GPU acceptance run: every CUDA path of the project, checked once on a real card.
+"""The first-GPU acceptance run: every CUDA path of the project, checked on a real card, in two
+invocations that each fit a GPU session (core checks, then studies):
 
-    python scripts/gpu_acceptance.py [--device cuda|cpu] [--out DIR] [--only CHECK,...]
+    python scripts/gpu_acceptance.py --out acceptance/                  # core: about 5 to 8 minutes
+    python scripts/gpu_acceptance.py --out acceptance/ --part studies   # compile, attention, batch
 
-Each check runs in its own process with a hard timeout, so one failure does not hide the rest;
-the output folder gets results.db (every measured cell), summary.md, one JSON file and one log per
-check. On a CPU (`--device cpu`) the same checks run at tiny scale, and those that need CUDA say
-so as `skipped` with the reason. The exit status is 1 when a check failed.
+Each check runs in a process group of its own with a hard timeout (its sweeps, fork servers and
+cells are killed with it), so one failure does not hide the rest. After every check the output
+folder holds results.db (every measured cell), summary.md (every check, passed or not yet run),
+one JSON file and one log per check (the sweeps' output streams into it). Running the same command
+again skips the checks that passed and runs the rest; an invocation stops starting checks when its
+time budget (--budget-s) is spent. `--device cpu` runs the same checks tiny; those that need CUDA
+say so as `skipped`. The exit status is 1 when a check failed.
 """
 
 from __future__ import annotations
@@ -13,50 +18,95 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .checks import CHECKS, Outcome
+from . import checks, studies
+from .common import SCALES, Check, Outcome, Target
 
+CHECKS = {
+    "fork_server": Check(checks.fork_server, 180),
+    "offload": Check(checks.offload, 240),
+    "harness": Check(checks.harness, 360),
+    "oom": Check(checks.oom, 180),
+    "quantization": Check(checks.quantization, 420),
+    "families": Check(checks.families, 300),
+    "environment": Check(checks.environment, 120),
+    "studies": Check(studies.studies, 540),
+}
+PARTS = {"core": [name for name in CHECKS if name != "studies"], "studies": ["studies"], "all": list(CHECKS)}
+PASSED = ("ok", "skipped")  # a check with one of these is not run again
 SUMMARY = "summary.md"
+MIN_START_S = 60  # a check is not started with less of the budget left
 
 
-def _run_one(name: str, device: str, out: Path) -> Outcome:
-    timeout_s = CHECKS[name].timeout_s
-    log, result = out / "logs" / f"{name}.log", out / "checks" / f"{name}.json"
-    started = time.perf_counter()
-    with log.open("w") as stream:
+def run_in_group(command: list[str], log: Path, timeout_s: float) -> int | None:
+    """`command` in a process group of its own, output appended to `log`; its exit status, or None
+    when it ran past `timeout_s` and the group (its sweeps, fork servers and cells) was killed."""
+    with log.open("a") as stream:
+        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "sweep.acceptance", "--check", name, "--device", device, "--out", str(out)],
-                stdout=stream,
-                stderr=subprocess.STDOUT,
-                timeout=timeout_s,
-            )
+            return process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return Outcome(
-                name,
-                "failed",
-                [f"no result within {timeout_s} s (killed); see logs/{name}.log"],
-                seconds=time.perf_counter() - started,
-            )
+            return None
+        finally:
+            if process.poll() is None or _group_alive(process.pid):
+                _kill_group(process.pid)
+                process.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> Outcome:
+    log = out / "logs" / f"{name}.log"
+    command = [sys.executable, "-m", "sweep.acceptance", "--check", name, "--device", target.device]
+    command += ["--scale", target.scale, "--out", str(out), "--families", ",".join(target.families)]
+    started = time.perf_counter()
+    returncode = run_in_group(command, log, timeout_s)
+    seconds = time.perf_counter() - started
+    result = out / "checks" / f"{name}.json"
+    if returncode is None:
+        reason = f"no result within {timeout_s:.0f} s (its process group was killed); see logs/{name}.log"
+        return Outcome(name, "failed", [reason], seconds=seconds)
     if not result.exists():
-        return Outcome(
-            name,
-            "failed",
-            [f"the check's process exited with {done.returncode} before reporting; see logs/{name}.log"],
-            seconds=time.perf_counter() - started,
-        )
+        reason = f"the check's process exited with {returncode} before reporting; see logs/{name}.log"
+        return Outcome(name, "failed", [reason], seconds=seconds)
     outcome = Outcome(**json.loads(result.read_text()))
-    outcome.seconds = time.perf_counter() - started
+    outcome.seconds = seconds
     return outcome
 
 
-def summary(outcomes: list[Outcome], device: str) -> str:
+def recorded(out: Path) -> dict[str, Outcome]:
+    """Every check's latest outcome in this folder, from earlier invocations too."""
+    found = {}
+    for name in CHECKS:
+        path = out / "checks" / f"{name}.json"
+        if path.exists():
+            found[name] = Outcome(**json.loads(path.read_text()))
+    return found
+
+
+def summary(outcomes: dict[str, Outcome], target: Target) -> str:
+    """Every registered check, in order: its outcome, or that it has not run yet."""
     lines = [
-        f"# Acceptance run on {device}",
+        f"# Acceptance run on {target.device} ({target.scale} scale)",
         "",
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
         "every figure below was measured by this run (results.db holds the cells).",
@@ -64,40 +114,69 @@ def summary(outcomes: list[Outcome], device: str) -> str:
         "| check | status | seconds | first line |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {o.name} | {o.status} | {o.seconds:.1f} | {(o.details or [''])[0]} |" for o in outcomes]
-    for o in outcomes:
-        lines += ["", f"## {o.name}: {o.status}", "", *(f"- {line}" for line in o.details)]
+    for name in CHECKS:
+        o = outcomes.get(name)
+        lines.append(
+            f"| {name} | not run yet | | |"
+            if o is None
+            else f"| {name} | {o.status} | {o.seconds:.1f} | {(o.details or [''])[0]} |"
+        )
+    for name, o in ((n, outcomes[n]) for n in CHECKS if n in outcomes):
+        lines += ["", f"## {name}: {o.status}", "", *(f"- {line}" for line in o.details)]
         if o.table:
             lines += ["", *o.table]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu_acceptance", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="cuda (default where CUDA is usable) or cpu")
-    parser.add_argument("--out", type=Path, help="output folder (default acceptance-<time>)")
-    parser.add_argument("--only", help="comma-separated checks: " + ", ".join(CHECKS))
+    parser.add_argument("--out", type=Path, default=Path("acceptance"), help="output folder (default acceptance/)")
+    parser.add_argument("--part", choices=PARTS, default="core", help="core (default), studies, or all")
+    parser.add_argument("--only", help="comma-separated checks instead of a part: " + ", ".join(CHECKS))
+    parser.add_argument("--scale", choices=SCALES, help="docs (default on CUDA) or tiny (default on a CPU)")
+    parser.add_argument("--families", default="", help="the families check's families (default: every family)")
+    parser.add_argument("--budget-s", type=float, default=480, help="start no check after this many seconds (480)")
+    parser.add_argument("--rerun", action="store_true", help="run checks that passed in an earlier invocation too")
     parser.add_argument("--check", help=argparse.SUPPRESS)  # run one check in this process
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     options = parser.parse_args(argv)
     from sweep.environment import resolve_device
 
     device = resolve_device(options.device)
-    out = options.out or Path(f"acceptance-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    scale = options.scale or ("docs" if device.startswith("cuda") else "tiny")
+    target = Target(device, scale, tuple(f for f in options.families.split(",") if f))
+    out = options.out
     if options.check:
-        outcome = CHECKS[options.check].run(device, out)
+        outcome = CHECKS[options.check].run(target, out)
         (out / "checks" / f"{options.check}.json").write_text(json.dumps(outcome.as_dict(), indent=1))
         return 0
-    names = options.only.split(",") if options.only else list(CHECKS)
+    names = options.only.split(",") if options.only else PARTS[options.part]
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         parser.error(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}")
     for folder in ("logs", "checks"):
         (out / folder).mkdir(parents=True, exist_ok=True)
-    outcomes = []
+    outcomes, failed, deadline = recorded(out), False, time.monotonic() + options.budget_s
     for name in names:
-        outcome = _run_one(name, device, out)
-        outcomes.append(outcome)
+        earlier = outcomes.get(name)
+        if earlier is not None and earlier.status in PASSED and not options.rerun:
+            print(f"{name:14s} {earlier.status:8s} earlier (--rerun runs it again)", flush=True)
+            continue
+        left = deadline - time.monotonic()
+        if left < MIN_START_S:
+            print(f"{name:14s} not run: {max(left, 0):.0f} s of --budget-s left; run the same command to resume")
+            continue
+        outcome = _run_one(name, target, out, min(CHECKS[name].timeout_s, left))
+        (out / "checks" / f"{name}.json").write_text(json.dumps(outcome.as_dict(), indent=1))
+        outcomes[name] = outcome
+        failed |= outcome.status == "failed"
+        (out / SUMMARY).write_text(summary(outcomes, target))
         print(f"{name:14s} {outcome.status:8s} {outcome.seconds:6.1f} s  {(outcome.details or [''])[0]}", flush=True)
-    (out / SUMMARY).write_text(summary(outcomes, device))
+    (out / SUMMARY).write_text(summary(outcomes, target))
     print(f"{out / SUMMARY}")
-    return 1 if any(o.status == "failed" for o in outcomes) else 0
+    return 1 if failed else 0

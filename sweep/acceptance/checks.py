@@ -1,104 +1,44 @@
-"""The acceptance checks. Each runs in its own process (see __init__), on `cuda` at the docs' scale
-or on `cpu` at tiny scale, and returns an Outcome: ok, failed, or skipped with the reason."""
+"""The core acceptance checks. Each runs in its own process (see __init__), on `cuda` at the docs'
+scale or, tiny, on a CPU (or in the suite, on a fake CUDA host), and returns an Outcome: ok, failed,
+or skipped with the reason."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ckptlib.units import GIB
 
-RUN = "acceptance"
-
-
-@dataclass
-class Outcome:
-    name: str
-    status: str  # ok | failed | skipped
-    details: list[str] = field(default_factory=list)
-    table: list[str] = field(default_factory=list)  # markdown lines
-    figures: dict = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Check:
-    run: Callable[[str, Path], Outcome]
-    timeout_s: int
-
-
-def _cuda(device: str) -> bool:
-    return device.startswith("cuda")
-
-
-def _verdict(name: str, problems: list[str], details: list[str], **extra) -> Outcome:
-    return Outcome(name, "failed" if problems else "ok", problems + details, **extra)
-
-
-def sweep_cli(out: Path, *overrides: str) -> subprocess.CompletedProcess:
-    """`ckpt-sweep run` into the acceptance database; its output goes to this check's log."""
-    command = [
-        sys.executable,
-        "-m",
-        "sweep.cli",
-        "run",
-        f"db.url=sqlite:///{out.resolve() / 'results.db'}",
-        f"hydra.sweep.dir={out.resolve() / 'multirun'}",
-        *overrides,
-    ]
-    print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True)
-    print(done.stdout, done.stderr, sep="\n", flush=True)
-    return done
-
-
-def cells(out: Path, run: str, provenance: str = "measured") -> list[dict]:
-    with sqlite3.connect(out / "results.db") as connection:
-        connection.row_factory = sqlite3.Row
-        rows = connection.execute(
-            "select c.*, r.hardware as hardware from cells c join runs r on r.id = c.run_id "
-            "where r.name = ? and r.provenance = ? order by c.id",
-            (run, provenance),
-        ).fetchall()
-    return [
-        {**dict(row), "config": json.loads(row["config"]), "timings": json.loads(row["timings"] or "{}")}
-        for row in rows
-    ]
-
+from .common import RUN, Outcome, Target, cells, exited, one_line, sweep_cli, verdict
 
 # ---- fork server ------------------------------------------------------------------------------
 
 
-def fork_server(device: str, out: Path) -> Outcome:
-    from ..isolation import run_isolated
+def fork_server(target: Target, out: Path) -> Outcome:
+    from ..isolation import preload_failures, run_isolated
     from .probes import fork_probe
 
+    device = target.device
     result = run_isolated(fork_probe, (device,), 120, "ckptlib.families.builders")
     report = result.report or {}
-    problems = [] if result.status == "ok" else [f"probe {result.status}: {result.reason}"]
+    problems = [] if result.status == "ok" else [f"probe {result.status}: {one_line(result.reason)}"]
     if report.get("initialized_at_start") or report.get("bad_fork_at_start"):
         problems.append(f"CUDA was initialised before the child touched it: {report}")
     if report and not report.get("allocated"):
         problems.append("the child could not allocate on the device")
+    if preload_failures:
+        problems.append(f"the fork server could not preload: {preload_failures}")
     details = [
         f"child started with CUDA initialised={report.get('initialized_at_start')}, "
         f"bad fork={report.get('bad_fork_at_start')}; allocated on {device}: {report.get('allocated')}"
     ]
-    if _cuda(device) and report:
+    if target.cuda and report:
         if report["torch_uuid"] != report["nvml_uuid"]:
             problems.append(f"torch sees GPU {report['torch_uuid']}, NVML {report['nvml_uuid']}")
         details.append(f"GPU UUID torch {report['torch_uuid']} / NVML {report['nvml_uuid']}")
     else:
         details.append("UUID comparison skipped: no CUDA device")
-    return _verdict("fork_server", problems, details)
+    return verdict("fork_server", problems, details)
 
 
 # ---- offload numerics and ordering -------------------------------------------------------------
@@ -106,18 +46,18 @@ def fork_server(device: str, out: Path) -> Outcome:
 OFFLOAD_MODES = ("none", "layer", "unsloth", "unsloth-ffn", "seg2-stride4-offload")
 
 
-def _gradients(device: str, config, steps: int = 3):
+def _gradients(target: Target, config, steps: int = 3):
     import torch
 
     import ckptlib
     from ckptlib import synthetic
 
-    if _cuda(device):
+    if target.tiny:
+        shape, dtype = synthetic.SyntheticShape(width=64, heads=4, depth=4, tokens=64), torch.float32
+    else:
         shape = synthetic.SyntheticShape(width=3072, heads=24, depth=4, tokens=4096)
         dtype = torch.bfloat16
-    else:
-        shape, dtype = synthetic.SyntheticShape(width=64, heads=4, depth=4, tokens=64), torch.float32
-    work = synthetic.build(shape, training="full", device=device, dtype=dtype, seed=7)
+    work = synthetic.build(shape, training="full", device=target.device, dtype=dtype, seed=7)
     work.optimizer = None
     handle = ckptlib.apply(work.model, config, work.spec) if config is not None else None
     for _ in range(steps):
@@ -148,21 +88,21 @@ class DelayedCopies:
         self.streams.to_host(host, source)
 
 
-def offload(device: str, out: Path) -> Outcome:
+def offload(target: Target, out: Path) -> Outcome:
     import torch
 
     from ckptlib import streams
     from ckptlib.modes import MODES
 
-    reference, _ = _gradients(device, None)
-    tolerance = 2e-2 if _cuda(device) else 0.0  # bf16 kernels on CUDA need not be bitwise; fp32 on CPU is
+    reference, _ = _gradients(target, None)
+    tolerance = 0.0 if target.tiny else 2e-2  # bf16 kernels on CUDA need not be bitwise; tiny runs fp32
     problems, table = (
         [],
         ["| mode | max abs grad difference vs none | pinned MiB | pin failures | pageable |", "|---|---|---|---|---|"],
     )
     for mode in OFFLOAD_MODES[1:]:
         config = MODES[mode]
-        grads, report = _gradients(device, config)
+        grads, report = _gradients(target, config)
         difference = _max_difference(grads, reference)
         scale = max(float(g.abs().max()) for g in reference.values())
         pool = report.pool
@@ -172,7 +112,7 @@ def offload(device: str, out: Path) -> Outcome:
         )
         if difference > tolerance * scale:
             problems.append(f"{mode}: gradients differ from none by {difference:.3g} (scale {scale:.3g})")
-        if _cuda(device) and config.uses_offload:
+        if target.cuda and config.uses_offload:
             if not pool.get("peak_pinned_bytes"):
                 problems.append(f"{mode}: nothing was pinned")
             if pool.get("pin_failures") or pool.get("pageable_fallbacks"):
@@ -182,16 +122,16 @@ def offload(device: str, out: Path) -> Outcome:
                 )
     details = [
         f"{len(OFFLOAD_MODES) - 1} modes against none, 3 steps each, "
-        + ("width 3072, 4 layers, 4096 tokens, bf16" if _cuda(device) else "tiny, fp32 (bitwise)")
+        + ("tiny, fp32 (bitwise)" if target.tiny else "width 3072, 4 layers, 4096 tokens, bf16")
     ]
-    if _cuda(device):
-        plain, _ = _gradients(device, MODES["unsloth"])
+    if target.cuda:
+        plain, _ = _gradients(target, MODES["unsloth"])
         original = streams.streams_for
         streams.streams_for = lambda d: (
             DelayedCopies(original(d), cycles=50_000_000) if d.type == "cuda" else original(d)
         )
         try:
-            delayed, _ = _gradients(device, MODES["unsloth"])
+            delayed, _ = _gradients(target, MODES["unsloth"])
         finally:
             streams.streams_for = original
         difference = _max_difference(delayed, plain)
@@ -203,14 +143,15 @@ def offload(device: str, out: Path) -> Outcome:
         torch.cuda.synchronize()
     else:
         details.append("pinned-memory and delayed-copy-stream checks skipped: they need CUDA")
-    return _verdict("offload", problems, details, table=table)
+    return verdict("offload", problems, details, table=table)
 
 
 # ---- the harness ---------------------------------------------------------------------------------
 
 
-def harness(device: str, out: Path) -> Outcome:
-    presets = "packed-4096,packed-16384" if _cuda(device) else "tiny,cpu-256"
+def harness(target: Target, out: Path) -> Outcome:
+    device = target.device
+    presets = "tiny,cpu-256" if target.tiny else "packed-4096,packed-16384"
     common = [
         "sweep=none",
         f"preset={presets}",
@@ -219,14 +160,10 @@ def harness(device: str, out: Path) -> Outcome:
         f"run.name={RUN}-harness",
     ]
     measured = sweep_cli(
-        out, *common, f"device={device}", "measure.warmup_steps=2", f"measure.steps={5 if _cuda(device) else 3}"
+        out, *common, f"device={device}", "measure.warmup_steps=2", f"measure.steps={3 if target.tiny else 5}"
     )
-    predicted = sweep_cli(out, *common, "predict=true", f"predict_device={'cuda' if _cuda(device) else 'cpu'}")
-    problems = [
-        f"ckpt-sweep run exited with {d.returncode}: {d.stderr.strip().splitlines()[-1:]}"
-        for d in (measured, predicted)
-        if d.returncode
-    ]
+    predicted = sweep_cli(out, *common, "predict=true", f"predict_device={'cuda' if target.cuda else 'cpu'}")
+    problems = exited(measured) + exited(predicted)
     rows = cells(out, f"{RUN}-harness")
     predictions = {c["cell_key"]: c["peak_bytes"] for c in cells(out, f"{RUN}-harness", "predicted")}
     table = [
@@ -236,9 +173,9 @@ def harness(device: str, out: Path) -> Outcome:
     errors = {}
     for cell in rows:
         if cell["status"] != "ok":
-            problems.append(f"{cell['preset']} {cell['mode']}: {cell['status']}: {cell['reason']}")
+            problems.append(f"{cell['preset']} {cell['mode']}: {cell['status']}: {one_line(cell['reason'])}")
             continue
-        if not cell["peak_bytes"] or (_cuda(device) and not cell["first_step_peak_bytes"]):
+        if not cell["peak_bytes"] or (target.cuda and not cell["first_step_peak_bytes"]):
             problems.append(f"{cell['preset']} {cell['mode']}: no peak recorded")
         predicted_peak = predictions.get(cell["cell_key"])
         error = cell["peak_bytes"] / predicted_peak - 1 if predicted_peak else None
@@ -265,15 +202,17 @@ def harness(device: str, out: Path) -> Outcome:
             f"time and {(unsloth['peak_bytes'] - layer['peak_bytes']) / GIB:+.2f} GiB vs torch layer "
             "(docs, H100: +4.5%, -1.3 GiB)"
         )
-    return _verdict("harness", problems, details, table=table, figures={"prediction_error": errors})
+    return verdict("harness", problems, details, table=table, figures={"prediction_error": errors})
 
 
 # ---- out of memory -----------------------------------------------------------------------------
 
 
-def oom(device: str, out: Path) -> Outcome:
-    preset, huge, expected = ("packed-4096", 512, "oom") if _cuda(device) else ("cpu-256", 2**22, "host-oom")
-    done = sweep_cli(
+def oom(target: Target, out: Path) -> Outcome:
+    device = target.device
+    preset, huge = ("cpu-256", 2**22) if target.tiny else ("packed-4096", 512)
+    expected = "oom" if target.cuda else "host-oom"
+    returncode = sweep_cli(
         out,
         "sweep=none",
         f"preset={preset}",
@@ -288,17 +227,17 @@ def oom(device: str, out: Path) -> Outcome:
     )
     rows = cells(out, f"{RUN}-oom")
     statuses = [(c["config"]["shape"].get("batch"), c["status"]) for c in rows]
-    problems = [] if done.returncode == 0 else [f"ckpt-sweep run exited with {done.returncode}"]
+    problems = exited(returncode)
     if statuses != [(huge, expected), (1, "ok")]:
         problems.append(f"statuses {statuses}, expected [({huge}, {expected!r}), (1, 'ok')]")
-    reason = (rows[0]["reason"] or "")[:160] if rows else None
+    reason = one_line(rows[0]["reason"])[:160] if rows else None
     details = [
         f"batch {huge}: {statuses[0][1] if statuses else '?'} ({reason}); then batch 1: "
         f"{statuses[1][1] if len(statuses) > 1 else '?'}"
     ]
-    if rows and _cuda(device):
+    if rows and target.cuda:
         details.append(f"allocator peak at the OOM: {(rows[0]['peak_at_oom_bytes'] or 0) / GIB:.2f} GiB")
-    return _verdict("oom", problems, details)
+    return verdict("oom", problems, details)
 
 
 # ---- quantization --------------------------------------------------------------------------------
@@ -306,11 +245,12 @@ def oom(device: str, out: Path) -> Outcome:
 QUANTIZATIONS = ("none", "int8-torchao", "fp8-torchao", "int8-sdnq")
 
 
-def quantization(device: str, out: Path) -> Outcome:
-    import torch
+def quantization(target: Target, out: Path) -> Outcome:
+    from .. import gpus
 
-    preset = "packed-1024" if _cuda(device) else "cpu-256"
-    done = sweep_cli(
+    device = target.device
+    preset = "cpu-256" if target.tiny else "packed-1024"
+    returncode = sweep_cli(
         out,
         "sweep=none",
         f"preset={preset}",
@@ -325,8 +265,8 @@ def quantization(device: str, out: Path) -> Outcome:
         f"run.name={RUN}-quantization",
     )
     rows = cells(out, f"{RUN}-quantization")
-    fp8_runs = _cuda(device) and torch.cuda.get_device_capability() >= (8, 9)
-    problems = [] if done.returncode == 0 else [f"ckpt-sweep run exited with {done.returncode}"]
+    fp8_runs = target.cuda and (gpus.gpu_for(device).capability or (0, 0)) >= (8, 9)  # NVML: no CUDA context here
+    problems = exited(returncode)
     bf16 = {c["mode"]: c["weight_bytes"] for c in rows if c["quantization"] == "none" and c["status"] == "ok"}
     table = [
         "| precision | mode | status | weight bytes / bf16 | build s | first step s | sec/step |",
@@ -335,9 +275,8 @@ def quantization(device: str, out: Path) -> Outcome:
     for cell in rows:
         expected = "unsupported" if cell["quantization"] == "fp8-torchao" and not fp8_runs else "ok"
         if cell["status"] != expected:
-            problems.append(
-                f"{cell['quantization']} {cell['mode']}: {cell['status']} ({cell['reason']}), expected {expected}"
-            )
+            reason = one_line(cell["reason"])
+            problems.append(f"{cell['quantization']} {cell['mode']}: {cell['status']} ({reason}), expected {expected}")
         ratio = cell["weight_bytes"] / bf16[cell["mode"]] if cell["weight_bytes"] and bf16.get(cell["mode"]) else None
         if cell["status"] == "ok" and cell["quantization"] != "none" and not (ratio and 0.45 <= ratio <= 0.6):
             problems.append(f"{cell['quantization']} {cell['mode']}: weight bytes {ratio} of bf16, expected about half")
@@ -351,21 +290,23 @@ def quantization(device: str, out: Path) -> Outcome:
             "SDNQ build + first step (compilation lands there): "
             + ", ".join(f"{c['mode']} {c['timings'].get('build_s', 0) + (c['first_step_s'] or 0):.1f} s" for c in sdnq)
         )
-    return _verdict("quantization", problems, details, table=table)
+    return verdict("quantization", problems, details, table=table)
 
 
 # ---- every family ------------------------------------------------------------------------------
 
 
-def families(device: str, out: Path) -> Outcome:
+def families(target: Target, out: Path) -> Outcome:
     import torch
 
     import ckptlib
     from ckptlib.families import all_families, build
     from ckptlib.modes import MODES
 
+    device = target.device
     problems, ran, without_class = [], 0, []
-    for name, family in sorted(all_families().items()):
+    chosen = {n: f for n, f in all_families().items() if not target.families or n in target.families}
+    for name, family in sorted(chosen.items()):
         if family.unsupported:
             without_class.append(name)
             continue
@@ -383,14 +324,24 @@ def families(device: str, out: Path) -> Outcome:
         f"{ran} family x mode steps in bf16 on {device}; no diffusers class (unsupported by design): "
         f"{', '.join(without_class)}"
     ]
-    return _verdict("families", problems, details)
+    return verdict("families", problems, details)
 
 
 # ---- environment -------------------------------------------------------------------------------
 
 
-def environment(device: str, out: Path) -> Outcome:
-    if not _cuda(device):
+# NVML's total over torch's (cudaGetDeviceProperties): what the driver keeps for itself, a little
+# more than CUDA hands out on every card (H100 80GB: 81,559 MiB vs 81,080; H200: 143,771 vs 143,156).
+NVML_OVER_TORCH = 0.02
+
+
+def memory_totals_agree(torch_bytes: int | None, nvml_bytes: int | None) -> bool:
+    return bool(torch_bytes and nvml_bytes) and 0 <= nvml_bytes - torch_bytes <= NVML_OVER_TORCH * torch_bytes
+
+
+def environment(target: Target, out: Path) -> Outcome:
+    device = target.device
+    if not target.cuda:
         return Outcome("environment", "skipped", ["the hardware label and UUID checks need a CUDA device"])
     from .. import gpus
     from ..isolation import run_isolated
@@ -405,28 +356,14 @@ def environment(device: str, out: Path) -> Outcome:
         problems.append(f"runs are labelled {sorted(labels)}, the card is {gpu.label!r}")
     if report.get("torch_uuid") != report.get("nvml_uuid"):
         problems.append(f"UUID: torch {report.get('torch_uuid')}, NVML {report.get('nvml_uuid')}")
-    if report.get("torch_memory") != report.get("nvml_memory"):
-        problems.append(f"memory: torch {report.get('torch_memory')}, NVML {report.get('nvml_memory')}")
+    torch_memory, nvml_memory = report.get("torch_memory"), report.get("nvml_memory")
+    if not memory_totals_agree(torch_memory, nvml_memory):
+        problems.append(
+            f"memory: torch {torch_memory} B, NVML {nvml_memory} B (NVML is expected 0 to "
+            f"{NVML_OVER_TORCH:.0%} above torch)"
+        )
     details = [
-        f"label {gpu.label!r}; memory {gpu.memory_bytes / GIB:.2f} GiB; driver {gpu.driver}; "
-        f"capability {gpu.capability}"
+        f"label {gpu.label!r}; memory: torch {(torch_memory or 0) / GIB:.2f} GiB (what CUDA can allocate), "
+        f"NVML {(nvml_memory or 0) / GIB:.2f} GiB; driver {gpu.driver}; capability {gpu.capability}"
     ]
-    return _verdict("environment", problems, details)
-
-
-def _studies(device: str, out: Path) -> Outcome:
-    from .studies import studies
-
-    return studies(device, out)
-
-
-CHECKS = {
-    "fork_server": Check(fork_server, 180),
-    "offload": Check(offload, 240),
-    "harness": Check(harness, 420),
-    "oom": Check(oom, 180),
-    "quantization": Check(quantization, 600),
-    "families": Check(families, 300),
-    "environment": Check(environment, 120),
-    "studies": Check(_studies, 600),
-}
+    return verdict("environment", problems, details, figures={"torch_memory": torch_memory, "nvml_memory": nvml_memory})

@@ -1,6 +1,6 @@
-"""The studies check: the docs' other studies measured through `ckpt-sweep run` on the device, as
-issue 18 asks of a GPU session: regional compilation against eager, the attention-backend table
-with its numerics, and batch scaling (samples/s at batch 1 to 8). On a CPU, the same at tiny scale."""
+"""The studies check: the docs' other studies measured through `ckpt-sweep run` on the device:
+regional compilation against eager, the attention-backend table with its numerics, and batch
+scaling (samples/s at batch 1 to 8). Tiny, the same with fewer settings."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from ckptlib.units import GIB
 
-from .checks import RUN, Outcome, _cuda, _verdict, cells, sweep_cli
+from .common import RUN, Outcome, Target, cells, exited, one_line, sweep_cli, verdict
 
-# (study, overrides on a GPU, on a CPU, cells it measures on a GPU, on a CPU)
+# (study, overrides at the docs' scale, tiny, cells it measures at the docs' scale, tiny)
 STUDIES = {
     "compile": (
         ["preset=packed-4096", "mode=none,layer", "compile=none,regional", "measure.steps=10"],
@@ -33,19 +33,18 @@ STUDIES = {
 }
 
 
-def studies(device: str, out: Path) -> Outcome:
+def studies(target: Target, out: Path) -> Outcome:
     problems, table = [], ["| study | setting | status | sec/step | peak GiB | figure |", "|---|---|---|---|---|---|"]
     figures = {}
-    for study, (on_gpu, on_cpu, gpu_cells, cpu_cells) in STUDIES.items():
+    for study, (docs, tiny, docs_cells, tiny_cells) in STUDIES.items():
         run = f"{RUN}-{study}"
-        done = sweep_cli(
-            out, "sweep=none", *(on_gpu if _cuda(device) else on_cpu), f"device={device}",
+        returncode = sweep_cli(
+            out, "sweep=none", *(tiny if target.tiny else docs), f"device={target.device}",
             "measure.warmup_steps=2", f"run.name={run}",
         )  # fmt: skip
-        if done.returncode:
-            problems.append(f"{study}: ckpt-sweep run exited with {done.returncode}: {done.stderr.strip()[-200:]}")
+        problems += [f"{study}: {line}" for line in exited(returncode)]
         rows = cells(out, run)
-        if len(rows) != (gpu_cells if _cuda(device) else cpu_cells):
+        if len(rows) != (tiny_cells if target.tiny else docs_cells):
             problems.append(f"{study}: {len(rows)} cells measured")
         for cell in rows:
             setting, figure = _describe(study, cell)
@@ -54,9 +53,9 @@ def studies(device: str, out: Path) -> Outcome:
             seconds = "" if cell["sec_per_step"] is None else f"{cell['sec_per_step']:.4f}"
             table.append(f"| {study} | {setting} | {cell['status']} | {seconds} | {peak} | {figure} |")
             if cell["status"] not in ("ok", "unsupported"):  # a backend the device lacks is unsupported
-                problems.append(f"{study} {setting}: {cell['status']}: {cell['reason']}")
+                problems.append(f"{study} {setting}: {cell['status']}: {one_line(cell['reason'])}")
     details = [f"{len(table) - 2} cells through ckpt-sweep run (runs {RUN}-compile, -attention, -batch)"]
-    return _verdict("studies", problems, details, table=table, figures=figures)
+    return verdict("studies", problems, details, table=table, figures=figures)
 
 
 def _describe(study: str, cell: dict) -> tuple[str, str]:

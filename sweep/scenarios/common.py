@@ -11,23 +11,25 @@ from ..cell import Cell
 from ..outcome import classify
 from ..results import CellResult
 from ..status import Status
-from .devices import CpuDevice
+from .devices import CpuDevice, device_for
 
 
-def run_scenario(fields: dict, scenario: Callable, device=None) -> CellResult:
-    """`scenario(cell, config, build)` with every outcome a status: invalid configs, unsupported
-    modes, out-of-memory (device or host) and failures."""
+def run_scenario(fields: dict, scenario: Callable, device_name: str = "cpu") -> CellResult:
+    """`scenario(cell, config, build, device)` with every outcome a status: invalid configs,
+    unsupported modes, out-of-memory (device or host) and failures, setting up the device included."""
     cell = Cell(**fields)
     try:
         config = cell.checkpoint_config()
     except ValueError as error:
         return CellResult(Status.INVALID, str(error))
+    device = CpuDevice()
     try:
-        return scenario(cell, config, import_builder(cell.builder))
+        device = device_for(device_name)
+        return scenario(cell, config, import_builder(cell.builder), device)
     except UnsupportedModeError as error:
         return CellResult(Status.UNSUPPORTED, str(error))
     except Exception as error:  # noqa: BLE001 - every failure becomes a status
-        return classify(error, device or CpuDevice())
+        return classify(error, device)
 
 
 def build_kwargs(cell: Cell) -> dict:

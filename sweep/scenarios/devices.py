@@ -1,7 +1,8 @@
 """The device a cell measures on: synchronisation and memory counters, always of that device.
 
 Every torch.cuda call names the cell's device: with `device=cuda:1`, a bare
-`torch.cuda.max_memory_allocated()` would read cuda:0.
+`torch.cuda.max_memory_allocated()` would read cuda:0. An index-less `cuda` is device 0 of the
+visible ones (torch.cuda.set_device refuses a device without an index).
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ import time
 import torch
 
 
+def indexed(device: str) -> torch.device:
+    """`cuda` as `cuda:0`; any other device as it is."""
+    device = torch.device(device)
+    return torch.device(device.type, 0) if device.type == "cuda" and device.index is None else device
+
+
 class CudaDevice:
     def __init__(self, device: str):
-        self.device = torch.device(device)
+        self.device = indexed(device)
         torch.cuda.set_device(self.device)  # empty_cache and kernels without a device argument land here
 
     def synchronize(self) -> None:
@@ -39,6 +46,10 @@ class CudaDevice:
         free, total = torch.cuda.mem_get_info(self.device)
         return 1 - free / total
 
+    def total_bytes(self) -> int:
+        """What CUDA can hand out on this device (NVML reports a little more)."""
+        return torch.cuda.get_device_properties(self.device).total_memory
+
     def memory(self, work) -> dict:
         return {
             "peak_bytes": torch.cuda.max_memory_allocated(self.device),
@@ -58,7 +69,7 @@ class CpuDevice:
     the peak (tracking every op would slow the timed steps)."""
 
     def __init__(self, device: str = "cpu"):
-        self.device = torch.device(device)
+        self.device = indexed(device)
 
     def synchronize(self) -> None:
         pass
@@ -73,6 +84,9 @@ class CpuDevice:
         return None
 
     def used_fraction(self) -> None:
+        return None
+
+    def total_bytes(self) -> None:
         return None
 
     def memory(self, work) -> dict:

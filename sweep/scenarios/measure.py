@@ -21,7 +21,6 @@ from ..builders import wrong_type
 from ..results import CellResult, step_statistics
 from ..status import Status
 from .common import build_kwargs, run_scenario
-from .devices import device_for
 from .predict import over_card, predict
 from .profile import profile_steps
 
@@ -31,7 +30,8 @@ class MeasureSettings:
     device: str  # cpu, cuda, cuda:N
     warmup_steps: int
     steps: int
-    skip_over_bytes: int | None = None  # predict first; a cell predicted over this card is not run
+    skip_predicted_oom: bool = False  # predict first; a cell predicted over the card is not run
+    card_bytes: int | None = None  # the card for that (None: what CUDA can allocate on the device)
     host_budget_bytes: int | None = None  # a CPU cell predicted to need more host memory is not run
     numerics: bool = False  # loss and gradient error against an fp32 math reference, after the steps
     profile_steps: int = 0  # steps profiled after the timed ones (0: none)
@@ -93,7 +93,9 @@ def _over_host(need: str, budget_bytes: int) -> str:
     )
 
 
-def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timings: dict) -> CellResult | None:
+def _predicted_not_to_fit(
+    cell, config, build, settings: MeasureSettings, skip_over_bytes: int | None, timings: dict
+) -> CellResult | None:
     """Predict the cell first: skipped (predicted-oom) when it would not fit the card, or, on a CPU,
     the host's free memory. A cell that cannot be predicted is measured; so is a GPU cell with a
     quantized base (its prediction would import the quantizer with the CPU settings it needs on
@@ -104,7 +106,7 @@ def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timing
     if cell.quantization != "none" and not settings.device.startswith("cpu"):
         return None
     tic = time.perf_counter()
-    if settings.skip_over_bytes is None:
+    if skip_over_bytes is None:
         budget = settings.host_budget_bytes
         weights, rough = host_bounds(cell, build)
         timings["predict_s"] = time.perf_counter() - tic
@@ -120,8 +122,8 @@ def _predicted_not_to_fit(cell, config, build, settings: MeasureSettings, timing
     finally:
         timings["predict_s"] = time.perf_counter() - tic
     reason = None
-    if settings.skip_over_bytes is not None and not prediction.fits(settings.skip_over_bytes):
-        reason = over_card(prediction, settings.skip_over_bytes)
+    if skip_over_bytes is not None and not prediction.fits(skip_over_bytes):
+        reason = over_card(prediction, skip_over_bytes)
     elif settings.host_budget_bytes is not None and prediction.peak_bytes > settings.host_budget_bytes:
         reason = _over_host(f"predicted to need {prediction.peak_bytes / GIB:.2f}", settings.host_budget_bytes)
     if reason is None:
@@ -154,19 +156,18 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
     from ckptlib import attention
     from ckptlib.quantize import base_weight_bytes
 
-    device = device_for(settings.device)
-
-    def scenario(cell, config, build):
+    def scenario(cell, config, build, device):
         with cold_compile_cache(cell.compile != "none"):
-            return measured(cell, config, build)
+            return measured(cell, config, build, device)
 
-    def measured(cell, config, build):
+    def measured(cell, config, build, device):
         import torch
 
         timings = {}
-        if settings.skip_over_bytes is not None or settings.host_budget_bytes is not None:
+        skip_over = (settings.card_bytes or device.total_bytes()) if settings.skip_predicted_oom else None
+        if skip_over is not None or settings.host_budget_bytes is not None:
             progress("predict")
-            skipped = _predicted_not_to_fit(cell, config, build, settings, timings)
+            skipped = _predicted_not_to_fit(cell, config, build, settings, skip_over, timings)
             if skipped is not None:
                 return skipped
         progress("build")
@@ -224,4 +225,4 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
             timings=timings,
         )
 
-    return run_scenario(fields, scenario, device)
+    return run_scenario(fields, scenario, settings.device)

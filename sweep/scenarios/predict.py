@@ -34,7 +34,7 @@ def over_card(prediction, card_bytes: int) -> str:
 def predict_cell(fields: dict, settings: PredictSettings, progress=None) -> CellResult:
     """The cell's predicted peak on the device model; `oom` when it exceeds the card."""
 
-    def scenario(cell, config, build):
+    def scenario(cell, config, build, device):
         if cell.compile != "none":
             raise UnsupportedModeError(
                 f"compile={cell.compile}: a prediction runs the eager step (FakeTensorMode); "

@@ -140,6 +140,11 @@ def h100(bus_id: str, uuid: str, memory_gib: int = 80) -> Device:
     return Device("NVIDIA H100 80GB HBM3", uuid, bus_id, memory_gib * 2**30)
 
 
+def from_fake_gpu(gpu) -> Device:
+    """NVML's view of a tests.support.fake_cuda card: its NVML memory, a little over CUDA's."""
+    return Device(gpu.name, gpu.uuid, gpu.bus_id, gpu.nvml_memory, (gpu.major, gpu.minor))
+
+
 def with_mig(device: Device, *slices: tuple[str, str, int, int, int]) -> Device:
     """MIG mode on, with slices (profile, uuid, memory GiB, gpu instance, compute instance)."""
     device.mig_mode = NVML_DEVICE_MIG_ENABLE
