@@ -1,14 +1,17 @@
 """The offloader's CUDA control flow, driven on a CPU by recording streams
-(tests/support/recording_streams.py): every ordering of NOTE [ Offload ordering ] holds, and the
+(tests/support/recording_streams.py), and through torch's own stream and event code on a fake CUDA
+host (tests/support/fake_cuda.py): every ordering of NOTE [ Offload ordering ] holds, and the
 gradients are those of the unwrapped model."""
 
 import itertools
+import weakref
 
 import pytest
 import torch
 
 import ckptlib
-from ckptlib import CheckpointConfig, synthetic
+from ckptlib import CheckpointConfig, streams, synthetic
+from ckptlib.memory import storage_id
 from tests.support import recording_streams
 
 SCHEDULES = [(None, None), (2, None), (2, 4)]
@@ -88,3 +91,64 @@ def test_the_checker_sees_a_missing_wait():
     assert any("ordering 4" in p for p in recording_streams.ordering_violations(read_early))
     waited = read_early[:-1] + [("wait", "prefetch", 1), ("to_device", "prefetch", 100, 2)]
     assert recording_streams.ordering_violations(waited) == []
+
+
+class CpuKernelStreams(streams.CudaStreams):
+    """ckptlib's CUDA streams, over torch's own torch.cuda.Stream, Event and stream context on the
+    fake CUDA host. Only the two tensor kernels the CPU has no CUDA form of are logged here instead:
+    the copies (with the stream torch.cuda says is current) and record_stream."""
+
+    def __init__(self, fake):
+        super().__init__(torch.device("cuda"))
+        self.fake = fake
+
+    def _current(self) -> int:
+        return torch.cuda.current_stream().stream_id
+
+    def to_host(self, host, source) -> None:
+        sid = storage_id(source)
+        self.fake.calls.append(("to_host", self._current(), sid, storage_id(host)))
+        weakref.finalize(source.untyped_storage(), self.fake.calls.append, ("free", sid))
+        host.copy_(source)
+
+    def to_device(self, destination, host) -> None:
+        self.fake.calls.append(("to_device", self._current(), storage_id(host), storage_id(destination)))
+        destination.copy_(host)
+
+    def use_on(self, tensor, stream) -> None:
+        self.fake.calls.append(("use_on", stream.stream_id, storage_id(tensor)))
+
+
+def as_recorded(calls: list, names: dict) -> list:
+    """The fake host's log in tests/support/recording_streams.py's terms (stream ids as names)."""
+    kinds = {"event_record": "record", "event_wait": "wait"}
+    log = []
+    for entry in calls:
+        if entry[0] in kinds:
+            log.append((kinds[entry[0]], names[entry[1]], entry[2]))
+        elif entry[0] in ("to_host", "to_device", "use_on"):
+            log.append((entry[0], names[entry[1]], *entry[2:]))
+        elif entry[0] in ("free", "use"):
+            log.append(entry)
+    return log
+
+
+@pytest.mark.parametrize("backend, schedule, offload_attention", [("unsloth", (None, None), False), CASES[-1]])
+def test_the_offloader_orders_its_copies_through_torchs_own_stream_code(
+    fake_cuda, monkeypatch, backend, schedule, offload_attention
+):
+    reference_loss, reference = gradients(None)
+    cuda_streams = CpuKernelStreams(fake_cuda)
+    monkeypatch.setattr("ckptlib.streams.streams_for", lambda device: cuda_streams)
+    recording_streams.watch_unpack(monkeypatch, fake_cuda.calls)
+    loss, grads = gradients(
+        CheckpointConfig(backend, *schedule, offload_attention=offload_attention, min_offload_bytes=0)
+    )
+    assert torch.equal(loss, reference_loss) and all(torch.equal(grads[k], g) for k, g in reference.items())
+    created = [entry for entry in fake_cuda.calls if entry[0] == "new_stream"]
+    assert [entry[1] for entry in created] == [0] * len(created) and 1 <= len(created) <= 2  # on cuda:0
+    names = {0: "compute", cuda_streams.copy_stream().stream_id: "copy"}
+    names[cuda_streams.prefetch_stream().stream_id] = "prefetch"
+    log = as_recorded(fake_cuda.calls, names)
+    assert sum(entry[0] == "to_host" for entry in log) > 0
+    assert recording_streams.ordering_violations(log) == []
