@@ -10,7 +10,7 @@ from .apply import CheckpointHandle, Report, apply, find_submodules
 from .config import BACKENDS, Backend, CheckpointConfig
 from .memory import LiveTensorTracker
 from .modes import MODES
-from .plan import Plan, plan, plan_lists
+from .plan import BlockPlan, plan_blocks, plan_lists
 from .pool import HostPool, PoolStats, available_host_bytes
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 from .workload import TRAINING_MODES, Workload
@@ -27,7 +27,7 @@ __all__ = [
     "HostPool",
     "available_host_bytes",
     "LiveTensorTracker",
-    "Plan",
+    "BlockPlan",
     "PoolStats",
     "Report",
     "TRAINING_MODES",
@@ -35,6 +35,6 @@ __all__ = [
     "Workload",
     "apply",
     "find_submodules",
-    "plan",
+    "plan_blocks",
     "plan_lists",
 ]

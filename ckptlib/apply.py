@@ -23,7 +23,7 @@ from .compile import NO_COMPILE, Compiler, wrapped_submodules
 from .config import CheckpointConfig
 from .memory import storage_id
 from .offload import Offloader
-from .plan import Plan, plan_lists
+from .plan import BlockPlan, plan_lists
 from .pool import HostPool, available_host_bytes
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 
@@ -74,7 +74,7 @@ class CheckpointHandle:
         self,
         model: nn.Module,
         config: CheckpointConfig,
-        plans: dict[str, Plan],
+        plans: dict[str, BlockPlan],
         offloader: Offloader | None,
         compiler: Compiler = NO_COMPILE,
     ):
@@ -318,7 +318,7 @@ def _apply_plan(
     spec: BlockSpec,
     path: str,
     blocks: nn.ModuleList,
-    block_plan: Plan,
+    block_plan: BlockPlan,
 ) -> None:
     compute = handle.compiler.compute
     whole_block = config.checkpoints and not config.ffn_only

@@ -18,3 +18,13 @@ MODES: dict[str, CheckpointConfig] = {
     "torch-ffn-offload": CheckpointConfig("torch-ffn", offload_attention=True),
     "unsloth-ffn": CheckpointConfig("unsloth-ffn"),
 }
+
+# The synthetic sweep's columns (the docs' Unsloth page), in the docs' order.
+SYNTHETIC_MODES = ("none", "torch-ffn", "unsloth-ffn", "layer", "unsloth")
+# Every mode in the order tables list them: the synthetic sweep's first, then the family tables'.
+MODE_ORDER = tuple(dict.fromkeys([*SYNTHETIC_MODES, *MODES]))
+
+
+def mode_rank(mode: str) -> int:
+    """Where a mode goes in a table (modes of one's own last)."""
+    return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)

@@ -9,7 +9,7 @@ from .config import CheckpointConfig
 
 
 @dataclass(frozen=True)
-class Plan:
+class BlockPlan:
     num_blocks: int
     regions: tuple[range, ...]  # each a run of consecutive blocks checkpointed as one
     plain: tuple[int, ...]  # blocks that keep their activations
@@ -24,13 +24,13 @@ class Plan:
         return f"{self.num_blocks} blocks: regions {regions or '(none)'}; plain {plain or '(none)'}"
 
 
-def plan(num_blocks: int, config: CheckpointConfig) -> Plan:
+def plan_blocks(num_blocks: int, config: CheckpointConfig) -> BlockPlan:
     """Regions start every `stride` blocks and span `interval` blocks (both default to 1), cut to the
     blocks `config.blocks` chooses."""
     return plan_lists({"blocks": num_blocks}, config)["blocks"]
 
 
-def plan_lists(sizes: Mapping[str, int], config: CheckpointConfig) -> dict[str, Plan]:
+def plan_lists(sizes: Mapping[str, int], config: CheckpointConfig) -> dict[str, BlockPlan]:
     """Each block list's plan; `config.blocks` counts blocks through the lists in this order."""
     if any(size < 0 for size in sizes.values()):
         raise ValueError(f"block counts must be 0 or more, got {dict(sizes)}")
@@ -42,14 +42,14 @@ def plan_lists(sizes: Mapping[str, int], config: CheckpointConfig) -> dict[str, 
     return plans
 
 
-def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> Plan:
+def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> BlockPlan:
     interval = config.interval or 1
     stride = config.stride or interval
     regions = []
     for start in range(0, num_blocks, stride):
         regions += _runs([i for i in range(start, min(start + interval, num_blocks)) if i in chosen])
     covered = {i for r in regions for i in r}
-    return Plan(num_blocks, tuple(regions), tuple(i for i in range(num_blocks) if i not in covered))
+    return BlockPlan(num_blocks, tuple(regions), tuple(i for i in range(num_blocks) if i not in covered))
 
 
 def describe_blocks(blocks: int | Sequence[int] | None) -> str:

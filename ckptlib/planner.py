@@ -90,7 +90,7 @@ class Candidate:
 
 
 @dataclass
-class Plan:
+class ScheduleSearch:
     candidates: list[Candidate]
     baseline: Candidate | None  # no checkpointing
     unsupported: dict[str, str] = field(default_factory=dict)  # pattern -> why the model refuses it
@@ -104,11 +104,11 @@ class Plan:
     def smallest(self) -> Candidate:
         return min(self.candidates, key=lambda c: (c.estimate.peak_bytes + c.estimate.context_bytes, c.seconds))
 
-    def retimed(self, throughput: Throughput) -> Plan:
+    def retimed(self, throughput: Throughput) -> ScheduleSearch:
         """The same estimates under another step-time model (a calibration)."""
         timed = [replace(c, seconds=throughput.step_seconds(c.estimate)) for c in self.candidates]
         baseline = next((c for c in timed if self.baseline and c.config == self.baseline.config), None)
-        return Plan(timed, baseline, dict(self.unsupported), self.predictions)
+        return ScheduleSearch(timed, baseline, dict(self.unsupported), self.predictions)
 
     def frontier(self) -> list[Candidate]:
         """The Pareto frontier: no other candidate is both smaller and faster; by peak."""
@@ -124,11 +124,11 @@ def plan_schedules(
     throughput: Throughput,
     workers: int = 1,
     progress: Callable[[str], None] | None = None,
-) -> Plan:
+) -> ScheduleSearch:
     """Every schedule of the space for `predictor`'s workload, estimated and timed; patterns are
     predicted by `workers` forked processes (each with its own cache)."""
     sizes = list(predictor.sizes.values())
-    plan = Plan([], None)
+    plan = ScheduleSearch([], None)
     results = list(_anchors_of_every_pattern(predictor, workers, progress))
     found = {pattern: anchors for pattern, anchors, _ in results}
     for pattern, anchors in found.items():

@@ -138,7 +138,7 @@ def predict(
 
     `build` is a family's build function (preset, training, device, dtype, ... -> Workload).
     `keep_blocks` (block list -> count) keeps only each named list's first blocks: the same model,
-    shallower (ckptlib/memory_model.py extrapolates from such predictions).
+    shallower (ckptlib/extrapolate.py extrapolates from such predictions).
     """
     model = device_model(device)
     started = time.perf_counter()

@@ -3,7 +3,7 @@
 The offloader speaks only this interface, so its CUDA control flow can be driven on a CPU by a
 recording stand-in (tests/support/recording_streams.py) and checked for the orderings it promises.
 
-NOTE [ Offload ordering ]: three orderings make an asynchronous offload correct.
+NOTE [ Offload ordering ]: four orderings make an asynchronous offload correct.
   1. A device-to-host copy starts only after the kernels that produced its source: the copy
      stream waits on an event the compute stream records at pack time.
   2. The source's device memory is released only after the copy finished: the compute stream

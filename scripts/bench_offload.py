@@ -21,8 +21,8 @@ import torch
 
 import ckptlib
 from ckptlib import synthetic
-from sweep.scenarios import timed_steps
-from sweep.scenarios.devices import device_for
+from sweep.run.scenarios import timed_steps
+from sweep.run.scenarios.devices import device_for
 
 
 def copy_seconds(count: int, nbytes: int, device: str) -> float:

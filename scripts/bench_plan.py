@@ -27,9 +27,9 @@ from ckptlib import MODES
 from ckptlib.extrapolate import ShallowPredictor
 from ckptlib.planner import Candidate, describe, fit_throughput, plan_schedules
 from ckptlib.units import GIB, MIB
-from sweep.builders import import_builder
-from sweep.plan import Request, assumed_throughput, make_plan, schedule_key
-from sweep.plan_verify import measure
+from sweep.config.builders import import_builder
+from sweep.plan.planning import Request, assumed_throughput, make_plan, schedule_key
+from sweep.plan.verify import measure
 
 FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image", "flux1:dev:int8-torchao")
 

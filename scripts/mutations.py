@@ -33,14 +33,14 @@ class Mutation:
 MUTATIONS = [
     Mutation(
         "warmup counted in sec/step",
-        "sweep/results.py",
+        "sweep/store/results.py",
         "measured = np.array([seconds for seconds, warmup in samples if not warmup])",
         "measured = np.array([seconds for seconds, warmup in samples])",
         ("tests/test_measure.py",),
     ),
     Mutation(
         "sec/step the mean, not the median",
-        "sweep/results.py",
+        "sweep/store/results.py",
         '"sec_per_step": float(median),',
         '"sec_per_step": float(measured.mean()),',
         ("tests/test_measure.py",),
@@ -110,7 +110,7 @@ MUTATIONS = [
     ),
     Mutation(
         "row labels assumed to lead the table",
-        "sweep/published.py",
+        "sweep/report/published.py",
         '            for index, role in roles.items():\n                if not role.startswith("mode:"):\n'
         "                    row[role] = cells[index]",
         '            labels = [role for role in roles.values() if not role.startswith("mode:")]\n'
@@ -120,7 +120,7 @@ MUTATIONS = [
     ),
     Mutation(
         "a cell's row and samples in two transactions",
-        "sweep/store.py",
+        "sweep/store/database.py",
         "            row.run_id = run_id\n            session.add(row)\n",
         "            row.run_id = run_id\n            samples, row.samples = row.samples, []\n"
         "            session.add(row)\n            session.commit()\n            session.begin()\n"
@@ -129,7 +129,7 @@ MUTATIONS = [
     ),
     Mutation(
         "resume reads every run's cells",
-        "sweep/store.py",
+        "sweep/store/database.py",
         "        CellRow.run_id == run_id, CellRow.is_current.is_(True)",
         "        CellRow.is_current.is_(True)",
         ("tests/test_store.py",),

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from sweep.machine.cards import DEFAULT_MARGIN
+
 DEFAULT_DB = "sqlite:///results.db"
 USAGE = """usage: ckpt-sweep VERB [ARGS]
 
@@ -26,15 +28,19 @@ verbs:
 
 
 def run(args: list[str]) -> None:
-    from .app import hydra_app
-    from .configs import enum_problem
-    from .interruption import handled
+    from sweep.config.structured import enum_problem
+    from sweep.report.pages import run_matrix
+    from sweep.run import progress
+    from sweep.run.app import hydra_app, start_sweep
+    from sweep.run.interruption import handled
 
     if problem := enum_problem(args):
         sys.exit(f"ckpt-sweep: {problem}")
     if not any(a in ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i") for a in args):
         args = ["--multirun", *args]
     sys.argv = ["ckpt-sweep run", *args]
+    progress.render_run = run_matrix  # the end of the sweep shows each run as the docs' matrix
+    start_sweep()
     with handled():
         hydra_app()
 
@@ -48,7 +54,7 @@ def _parser(verb: str, description: str) -> argparse.ArgumentParser:
 def _engine(url: str, create: bool = False):
     """The database a verb reads (or, for import, writes); a one-line exit when it cannot be used.
     A read verb never creates a database: a mistyped path is an error, not an empty report."""
-    from .store import StoreError, open_store
+    from sweep.store.database import StoreError, open_store
 
     try:
         return open_store(url, create=create)
@@ -65,7 +71,7 @@ def report(args: list[str]) -> None:
     parser.add_argument("--splice", type=Path, help="refresh the marked blocks of this markdown file instead")
     parser.add_argument("--no-plots", action="store_true")
     options = parser.parse_args(args)
-    from .report import splice_document, write_reports
+    from sweep.report.pages import splice_document, write_reports
 
     engine = _engine(options.db)
     try:
@@ -88,8 +94,8 @@ def import_tables(args: list[str]) -> None:
     parser.add_argument("--source", help="where the numbers come from (default: the file path)")
     parser.add_argument("--family", help="family of tables the importer does not know by heading")
     options = parser.parse_args(args)
-    from .published import import_file
-    from .tables import TableError
+    from sweep.report.published import import_file
+    from sweep.report.text import TableError
 
     engine = _engine(options.db, create=True)
     try:
@@ -110,8 +116,9 @@ def diff(args: list[str]) -> None:
     options = parser.parse_args(args)
     from rich.console import Console
 
-    from .diff import diff_runs, markdown, rich_table
-    from .plots import diff_plot
+    from sweep.report.diff import diff_runs, markdown, rich_table
+    from sweep.report.plots import diff_plot
+    from sweep.report.text import slug
 
     engine = _engine(options.db)
     engine_b = _engine(options.db_b) if options.db_b else None
@@ -125,36 +132,49 @@ def diff(args: list[str]) -> None:
     for line in result.environment:
         console.print(f"env: {line}")
     console.print(rich_table(result))
-    slug = "".join(c if c.isalnum() else "-" for c in f"{result.label_a}-vs-{result.label_b}").strip("-").lower()
+    name = slug(f"diff-{result.label_a}-vs-{result.label_b}")
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    plot = diff_plot(result.cells, result.label_a, result.label_b, out / "plots" / f"diff-{slug}.png")
-    page = out / f"diff-{slug}.md"
+    plot = diff_plot(result.cells, result.label_a, result.label_b, out / "plots" / f"{name}.png")
+    page = out / f"{name}.md"
     page.write_text(markdown(result, plot.relative_to(out) if plot else None))
     print(page)
+
+
+def _card_arguments(parser: argparse.ArgumentParser) -> None:
+    card = parser.add_mutually_exclusive_group(required=True)
+    card.add_argument("--vram", help="card memory: 24, 24G, 24GB, 24GiB (all GiB: cards are sold in GiB) or 512MiB")
+    card.add_argument("--card", help="a card by name: RTX 4090, L40S, H100 80GB, H200, ... (sweep/machine/cards.py)")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"share of the card kept free, 0 to under 1 ({DEFAULT_MARGIN:g})",
+    )
+
+
+def _card(options) -> tuple[int, float]:
+    """(the card's bytes, the margin kept free); ValueError naming what cannot be read."""
+    from sweep.machine.cards import card_bytes, check_margin, parse_size
+
+    return card_bytes(options.card) if options.card else parse_size(options.vram), check_margin(options.margin)
 
 
 def advise_verb(args: list[str]) -> None:
     parser = _parser("advise", "Which checkpointing mode to use for a family, shape and card.")
     parser.add_argument("--family", required=True)
-    card = parser.add_mutually_exclusive_group(required=True)
-    card.add_argument("--vram", help="card memory: 24, 24G, 24GB, 24GiB (all GiB: cards are sold in GiB) or 512MiB")
-    card.add_argument("--card", help="a card by name: RTX 4090, L40S, H100 80GB, H200, ... (its usable memory)")
+    _card_arguments(parser)
     parser.add_argument("--hardware", help="use cells measured on this hardware label")
     parser.add_argument("--tokens", type=int)
     parser.add_argument("--preset", help="the shape, where several presets have the same tokens")
     parser.add_argument("--quantization", default="none")
-    parser.add_argument(
-        "--margin", type=float, default=0.10, help="share of the card kept free, 0 to under 1 (default 0.10)"
-    )
     options = parser.parse_args(args)
-    from .advise import advise, card_bytes, check_margin, parse_size
-    from .query import load_cells, select_runs
+    from sweep.report.advise import advise
+    from sweep.store.query import load_cells, select_runs
 
     engine = _engine(options.db)
     try:
-        vram = card_bytes(options.card) if options.card else parse_size(options.vram)
-        margin = check_margin(options.margin)
+        vram, margin = _card(options)
         cells = load_cells(engine, select_runs(engine))
         advice = advise(
             cells,
@@ -176,10 +196,7 @@ def plan_verb(args: list[str]) -> None:
     parser.add_argument("--family", required=True, help="a ckptlib family, synthetic, or your own with --builder")
     parser.add_argument("--builder", help="import path of your own build function (module.function)")
     parser.add_argument("--preset", help="default: the family's first real-size preset")
-    card = parser.add_mutually_exclusive_group(required=True)
-    card.add_argument("--vram", help="card memory: 24, 24GB, 24GiB (GiB) or 512MiB")
-    card.add_argument("--card", help="a card by name: RTX 4090, L40S, H100 80GB, H200, ...")
-    parser.add_argument("--margin", type=float, default=None, help="share of the card kept free (default 0.10)")
+    _card_arguments(parser)
     parser.add_argument("--training", default="lora", choices=["lora", "frozen", "full"])
     parser.add_argument("--quantization", default="none", help="base weights: none, int8-torchao, int8-sdnq, ...")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the device model (default cuda)")
@@ -188,19 +205,19 @@ def plan_verb(args: list[str]) -> None:
     parser.add_argument("--verify", action="store_true", help="measure the top 3 and the fitting docs modes")
     parser.add_argument("--out", default="reports", help="folder for the frontier's PNG (default reports/)")
     options = parser.parse_args(args)
-    from .advise import DEFAULT_MARGIN, card_bytes, check_margin, parse_size
-    from .builders import BuilderError, builder_default_preset, import_builder
-    from .plan import Request, check_quantization, make_plan, size_text, store
-    from .plan_verify import verify
-    from .plots import plan_plot
+    from ckptlib.units import format_bytes
+    from sweep.config.builders import BuilderError, builder_default_preset, import_builder
+    from sweep.plan.planning import Request, check_quantization, make_plan, store
+    from sweep.plan.verify import verify
+    from sweep.report.plots import plan_plot
+    from sweep.report.text import slug
 
     try:
         check_quantization(options.quantization)
         target = options.builder or _builder_path(options.family)
         preset = options.preset or builder_default_preset(import_builder(target)) or "default"
-        vram = card_bytes(options.card) if options.card else parse_size(options.vram)
-        margin = check_margin(DEFAULT_MARGIN if options.margin is None else options.margin)
-        card = options.card or f"{size_text(vram)} card"
+        vram, margin = _card(options)
+        card = options.card or f"{format_bytes(vram)} card"
         request = Request(
             options.family, target, preset, int(vram * (1 - margin)), card, options.training,
             options.quantization, options.device, options.link, options.hardware,
@@ -211,11 +228,11 @@ def plan_verb(args: list[str]) -> None:
         sys.exit(f"ckpt-sweep: {error}")
     print("\n".join(outcome.lines))
     run_id = store(engine, outcome)
-    slug = "".join(c if c.isalnum() else "-" for c in f"plan-{request.family}-{preset}-{card}").strip("-").lower()
-    picture = plan_plot(outcome, Path(options.out) / "plots" / f"{slug}.png")
+    name = slug(f"plan-{request.family}-{preset}-{card}")
+    picture = plan_plot(outcome, Path(options.out) / "plots" / f"{name}.png")
     print(f"stored as run {run_id} (provenance planned); the frontier: {picture}")
     if options.verify and outcome.recommended is not None:
-        print("\n".join(verify(outcome, options.db, f"verify {slug}")))
+        print("\n".join(verify(outcome, options.db, f"verify {name}")))
 
 
 def _builder_path(family: str) -> str:
@@ -232,7 +249,7 @@ def new_family(args: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckpt-sweep new-family", description="Write a builder for your own model.")
     parser.add_argument("name", help="module name, e.g. my_model")
     options = parser.parse_args(args)
-    from .scaffold import new_family as write
+    from sweep.config.scaffold import new_family as write
 
     try:
         path = write(options.name, Path.cwd())
@@ -256,7 +273,7 @@ VERBS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .quiet import install
+    from sweep.run.quiet import install
 
     install()  # before anything imports torchao, diffusers or peft
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -1,8 +1,15 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The test builders (tests/support) are importable in this process, its fork server and its cells,
+# as a user's own builder is from the folder they run in.
+SUPPORT = str(Path(__file__).resolve().parent / "support")
+sys.path.insert(0, SUPPORT)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SUPPORT, os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture

@@ -1,7 +1,11 @@
-"""Run the real `ckpt-sweep` console script in a subprocess, as a user would."""
+"""Run sweeps as a user would: the `ckpt-sweep run` command in this process (the test worker's
+fork server serves every sweep it runs, as one long-lived process would), or the console script in
+a subprocess of its own where a test is about the process itself (signals, its environment)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -36,11 +40,32 @@ def sweep_args(db: Path, *overrides: str) -> list[str]:
 
 
 def run_sweep(
-    db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None
+    db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None, own_process: bool = False
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(extra_env), cwd=ROOT, timeout=timeout
-    )
+    """`ckpt-sweep run` into `db`: in this process, or in a process of its own (`own_process`, or
+    whenever the sweep needs an environment of its own)."""
+    if own_process or extra_env:
+        return subprocess.run(
+            sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(extra_env), cwd=ROOT, timeout=timeout
+        )
+    return run_cli(["run", *sweep_args(db, *overrides)[4:]])
+
+
+def run_cli(argv: list[str]) -> subprocess.CompletedProcess:
+    """`ckpt-sweep ARGV` in this process: its exit status and what it printed."""
+    from sweep import cli
+
+    out, err, argv_before, code = io.StringIO(), io.StringIO(), sys.argv, 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(argv)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+            if isinstance(exit.code, str):
+                print(exit.code, file=sys.stderr)
+        finally:
+            sys.argv = argv_before
+    return subprocess.CompletedProcess(["ckpt-sweep", *argv], code, out.getvalue(), err.getvalue())
 
 
 def start_sweep(db: Path, *overrides: str, extra_env: dict | None = None) -> subprocess.Popen:

@@ -107,7 +107,7 @@ def test_on_a_cpu_the_cuda_checks_are_skipped_and_the_host_runs_out(tmp_path):
         "oom": "ok",
         "environment": "skipped",
     }
-    assert found["environment"]["details"] == ["the hardware label and UUID checks need a CUDA device"]
+    assert found["environment"]["details"] == ["the hardware label and UUID checks need CUDA"]
     assert found["oom"]["details"][0].startswith("batch 4194304: host-oom")
     assert summary_rows(out)["harness"] == "not run yet"
 

@@ -126,7 +126,7 @@ def test_unknown_compile_mode_is_rejected():
 
 
 def test_settle_steps_count_the_steps_before_times_settle():
-    from sweep.results import step_statistics
+    from sweep.store.results import step_statistics
 
     samples = [(20.0, True), (1.3, True), (1.1, True), (1.0, False), (1.0, False), (0.9, False)]
     statistics = step_statistics(samples)
@@ -199,8 +199,8 @@ def test_a_word_an_enum_does_not_know_is_refused_in_one_line(tmp_path, override,
 def test_a_compiled_cell_is_not_predicted_as_if_eager():
     from dataclasses import asdict
 
-    from sweep.cell import Cell
-    from sweep.scenarios.predict import PredictSettings, predict_cell
+    from sweep.config.cell import Cell
+    from sweep.run.scenarios.predict import PredictSettings, predict_cell
 
     cell = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch", compile="regional")
     result = predict_cell(asdict(cell), PredictSettings("cuda"))

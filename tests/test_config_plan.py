@@ -1,10 +1,10 @@
 import pytest
 
-from ckptlib import BACKENDS, CheckpointConfig, plan, plan_lists
+from ckptlib import BACKENDS, CheckpointConfig, plan_blocks, plan_lists
 
 
 def test_example_plan_from_the_docs():
-    p = plan(8, CheckpointConfig("torch", interval=2, stride=4))
+    p = plan_blocks(8, CheckpointConfig("torch", interval=2, stride=4))
     assert p.regions == (range(0, 2), range(4, 6))
     assert p.plain == (2, 3, 6, 7)
     assert str(p) == "8 blocks: regions [0-1] [4-5]; plain 2, 3, 6, 7"
@@ -24,14 +24,14 @@ def test_example_plan_from_the_docs():
     ],
 )
 def test_plan_edge_cases(blocks, interval, stride, regions, plain):
-    p = plan(blocks, CheckpointConfig("torch", interval=interval, stride=stride))
+    p = plan_blocks(blocks, CheckpointConfig("torch", interval=interval, stride=stride))
     assert [list(r) for r in p.regions] == regions
     assert list(p.plain) == plain
     assert sorted(p.checkpointed_blocks + p.plain) == list(range(blocks))
 
 
 def test_no_checkpointing_plans_every_block_plain():
-    p = plan(4, CheckpointConfig("none", interval=2))
+    p = plan_blocks(4, CheckpointConfig("none", interval=2))
     assert p.regions == () and p.plain == (0, 1, 2, 3)
     assert "regions (none)" in str(p)
 
@@ -61,7 +61,7 @@ def test_stride_without_interval_is_ignored_with_a_warning():
     with pytest.warns(UserWarning, match="stride 4 is ignored without a checkpointing interval"):
         config = CheckpointConfig("torch", stride=4)
     assert config.stride is None
-    assert plan(4, config).regions == (range(0, 1), range(1, 2), range(2, 3), range(3, 4))
+    assert plan_blocks(4, config).regions == (range(0, 1), range(1, 2), range(2, 3), range(3, 4))
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_stride_without_interval_is_ignored_with_a_warning():
     ],
 )
 def test_chosen_blocks_cut_the_pattern(blocks, interval, stride, regions, plain):
-    p = plan(8, CheckpointConfig("torch", interval=interval, stride=stride, blocks=blocks))
+    p = plan_blocks(8, CheckpointConfig("torch", interval=interval, stride=stride, blocks=blocks))
     assert [list(r) for r in p.regions] == regions
     assert list(p.plain) == plain
 
@@ -111,7 +111,7 @@ def test_bad_block_choices_are_rejected(kwargs, message):
 
 
 def test_without_a_backend_chosen_blocks_stay_plain():
-    assert plan(4, CheckpointConfig("none", blocks=2)).plain == (0, 1, 2, 3)
+    assert plan_blocks(4, CheckpointConfig("none", blocks=2)).plain == (0, 1, 2, 3)
 
 
 def test_a_block_list_given_as_a_list_becomes_a_sorted_tuple():

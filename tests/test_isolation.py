@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from sweep import cuda_guard
-from sweep.isolation import exit_reason
+from sweep.run import cuda_guard
+from sweep.run.isolation import exit_reason
 from tests.sweep_helpers import ROOT, SUPPORT
 
 PROBES = "tests.support.fork_server_probes"

@@ -6,11 +6,11 @@ exceptions map to the right status."""
 import pytest
 import torch
 
-from sweep.cell import Cell
-from sweep.outcome import classify
-from sweep.scenarios import MeasureSettings, measure_cell, timed_steps
-from sweep.scenarios.devices import CpuDevice
-from sweep.status import Status
+from sweep.config.cell import Cell
+from sweep.run.classify import classify
+from sweep.run.scenarios import MeasureSettings, measure_cell, timed_steps
+from sweep.run.scenarios.devices import CpuDevice
+from sweep.vocabulary import Status
 
 
 class ScriptedStep:
@@ -29,7 +29,7 @@ class ScriptedStep:
 
 
 def test_sec_per_step_is_the_median_of_the_measured_steps_only():
-    from sweep.results import step_statistics
+    from sweep.store.results import step_statistics
 
     step = ScriptedStep([9.0, 7.0, 1.0, 2.0, 3.0, 100.0, 4.0])  # 2 slow warmup steps, one outlier
     samples, losses, _ = timed_steps(step, CpuDevice(), warmup_steps=2, steps=5, clock=step.clock)
@@ -105,7 +105,7 @@ class Prediction:
 
 
 def test_a_predicted_oom_skip_measures_the_card_by_what_cuda_can_allocate(fake_cuda, monkeypatch):
-    from sweep.scenarios import measure
+    from sweep.run.scenarios import measure
 
     monkeypatch.setattr(measure, "predict", lambda *args: Prediction())
     cell = Cell(**CPU_BUILT, mode="none", backend="none").as_dict()
@@ -178,7 +178,7 @@ def test_a_cpu_cell_over_the_host_budget_is_skipped_by_its_weights_or_its_predic
     """Weights alone over the host's free memory: skipped with no prediction. Weights under it but
     the predicted step over it: skipped by the prediction. Nothing is built or run either way."""
     from ckptlib import synthetic
-    from sweep.scenarios.measure import host_bounds
+    from sweep.run.scenarios.measure import host_bounds
 
     cell = Cell(family="synthetic", builder="ckptlib.synthetic.build", preset="cpu-256", mode="none", backend="none")
     weights, _ = host_bounds(cell, synthetic.build)
@@ -192,7 +192,7 @@ def test_a_cpu_cell_over_the_host_budget_is_skipped_by_its_weights_or_its_predic
 def test_a_gpu_cell_with_a_quantized_base_is_measured_without_a_prediction_first():
     """Its prediction would import the quantizer with the CPU settings meta builds need, before the
     GPU build: the cell goes straight to its measurement (nothing is built to predict it)."""
-    from sweep.scenarios.measure import _predicted_not_to_fit
+    from sweep.run.scenarios.measure import _predicted_not_to_fit
 
     def no_build(**kwargs):
         raise AssertionError(f"built to predict: {kwargs}")

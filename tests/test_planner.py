@@ -16,8 +16,8 @@ from ckptlib.extrapolate import ShallowPredictor
 from ckptlib.families import build as build_family
 from ckptlib.planner import Throughput, describe, fit_throughput, plan_schedules
 from ckptlib.units import MIB
-from sweep.plan import Request, ckptlib_line, make_plan, run_override, simpletuner
-from sweep.plan_verify import verify
+from sweep.plan.planning import Request, ckptlib_line, make_plan, run_override, simpletuner
+from sweep.plan.verify import verify
 
 from .sweep_helpers import FAST, query, run_sweep
 
@@ -181,7 +181,7 @@ def test_the_override_runs_the_planned_schedule(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     ((mode, status, report),) = query(db, "select mode, status, report from cells")
     assert (mode, status) == ("planned", "ok")
-    assert json.loads(report)["plans"]["blocks"] == str(ckptlib.plan(8, config))
+    assert json.loads(report)["plans"]["blocks"] == str(ckptlib.plan_blocks(8, config))
 
 
 # Budgets halfway between no checkpointing and the smallest schedule (4.56 / 2.64, 1.44 / 1.07 and

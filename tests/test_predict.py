@@ -127,10 +127,10 @@ def test_gradients_of_a_real_run_are_untouched_by_the_storage_identity_change():
 def test_predictions_through_the_sweep_report_diff_and_advise(tmp_path):
     """predict=true records a predicted run; skip_predicted_oom skips what will not fit; reports put
     the prediction beside the skipped cell; diff compares predicted with measured; advise fills gaps."""
-    from sweep.advise import advise
-    from sweep.diff import diff_runs
-    from sweep.query import load_cells, select_runs
-    from sweep.store import open_store
+    from sweep.report.advise import advise
+    from sweep.report.diff import diff_runs
+    from sweep.store.database import open_store
+    from sweep.store.query import load_cells, select_runs
     from tests.sweep_helpers import FAST, query, run_sweep
 
     db = tmp_path / "p.db"

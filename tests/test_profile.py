@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep.scenarios.profile import Interval, summarize
+from sweep.run.scenarios.profile import Interval, summarize
 
 from .sweep_helpers import FAST, SUPPORT, query, run_sweep
 
@@ -65,8 +65,8 @@ def test_profiling_no_steps_is_refused(tmp_path):
 
 def test_no_timed_step_runs_under_the_profiler(monkeypatch):
     """The profiler's overhead on the timed steps is zero: it is on for the profiled steps only."""
-    from sweep.cell import Cell
-    from sweep.scenarios.measure import MeasureSettings, measure_cell
+    from sweep.config.cell import Cell
+    from sweep.run.scenarios.measure import MeasureSettings, measure_cell
 
     monkeypatch.syspath_prepend(str(SUPPORT))
     import profiler_watch

@@ -96,9 +96,9 @@ def test_a_quantized_base_is_predicted_as_it_measures(name, mode):
 def test_quantization_axis_through_the_sweep(tmp_path):
     """Rows in the docs' order, weight bytes recorded, fp8 unsupported with its reason, versions kept.
     skip_predicted_oom predicts quantized cells and lets those that fit run."""
-    from sweep.matrices import build_matrices
-    from sweep.query import load_cells, select_runs
-    from sweep.store import open_store
+    from sweep.report.matrices import build_matrices
+    from sweep.store.database import open_store
+    from sweep.store.query import load_cells, select_runs
     from tests.sweep_helpers import query, run_sweep
 
     db = tmp_path / "q.db"
@@ -142,8 +142,8 @@ def test_a_plans_measured_run_does_not_inherit_the_cpu_settings_of_its_meta_buil
     import subprocess
 
     from ckptlib import quantize
-    from sweep import plan_verify
-    from sweep.plan import Request
+    from sweep.plan import verify as plan_verify
+    from sweep.plan.planning import Request
 
     monkeypatch.delenv("SDNQ_USE_TORCH_COMPILE", raising=False)
     monkeypatch.setattr(quantize, "_SET_FOR_CPU", set())

@@ -6,14 +6,15 @@ import sys
 import pandas as pd
 import pytest
 
-from sweep.advise import advise, parse_size
-from sweep.diff import diff_runs, markdown
-from sweep.matrices import build_matrices
-from sweep.published import BUNDLED, import_file
-from sweep.query import load_cells, select_runs
-from sweep.report import splice_document, write_reports
-from sweep.store import open_store
-from sweep.tables import TableError, parse_tables
+from sweep.machine.cards import parse_size
+from sweep.report.advise import advise
+from sweep.report.diff import diff_runs, markdown
+from sweep.report.matrices import build_matrices
+from sweep.report.pages import splice_document, write_reports
+from sweep.report.published import BUNDLED, import_file
+from sweep.report.text import TableError, parse_tables
+from sweep.store.database import open_store
+from sweep.store.query import load_cells, select_runs
 from tests.sweep_helpers import ROOT, query
 
 PUBLISHED = BUNDLED / "unsloth-synthetic.md"
@@ -110,8 +111,8 @@ def test_status_transitions_come_first(engine, tmp_path):
 
 
 def test_measured_samples_are_judged_with_mann_whitney(tmp_path):
-    from sweep import store
-    from sweep.results import CellResult
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
 
     engine = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     cell = {"family": "f", "preset": "p", "mode": "none", "quantization": "none", "training": "lora"}
@@ -232,7 +233,10 @@ HAND_CHECKED = pd.DataFrame(
     provenance="measured",
     config=None,
     peak_bytes=lambda f: (f["gib"] * 2**30).round(),
-    text=lambda f: f["mode"],
+    iqr_s=None,
+    predicted_bytes=None,
+    host_load=None,
+    kind="cuda",
 )
 
 
@@ -304,7 +308,7 @@ def test_advise_refuses_bad_cards_and_margins(engine, tmp_path, args, message):
 
 
 def test_advise_takes_a_card_by_name_and_never_ranks_activation_offload_above_layer():
-    from sweep.advise import card_bytes
+    from sweep.machine.cards import card_bytes
 
     assert card_bytes("h100 80gb") == 81559 * 2**20 and card_bytes("RTX 4090") == 24564 * 2**20
     # Predictions only: activation-offload predicts what layer does (its attention offload is skipped).
@@ -343,9 +347,9 @@ def test_report_selects_runs_by_hardware(engine):
 def test_near_duplicate_cells_each_get_their_own_column(tmp_path):
     """Cells that differ only in interval, stride, training, LoRA rank, dtype or a shape override all
     show, under headings that name the difference; nothing is overwritten by the last one."""
-    from sweep import store
-    from sweep.cell import Cell
-    from sweep.results import CellResult
+    from sweep.config.cell import Cell
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
 
     engine = open_store(f"sqlite:///{tmp_path / 'dup.db'}")
     run_id = store.get_or_create_run(engine, "dups", "CPU: x")
@@ -434,9 +438,9 @@ def test_tokens_print_as_whole_numbers(engine, tmp_path):
 def test_reports_read_as_a_person_would_and_remove_only_their_own_stale_files(engine, tmp_path):
     """A CPU table of small peaks in MiB with its precision spelled out and a legend; the published
     tables untouched in GiB; a page that is no longer generated removed, a file of your own kept."""
-    from sweep import store
-    from sweep.cell import Cell
-    from sweep.results import CellResult
+    from sweep.config.cell import Cell
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
 
     run_id = store.get_or_create_run(engine, "mine", "CPU: Test", device="cpu")
     for i, mode in enumerate(("none", "layer")):
@@ -465,7 +469,7 @@ def test_reports_read_as_a_person_would_and_remove_only_their_own_stale_files(en
 def test_a_table_with_reordered_columns_imports_the_same_cells(tmp_path):
     """Columns are found by their heading, not their place: mode columns first, the row labels
     last and swapped, the modes in another order."""
-    from sweep.published import parse_file
+    from sweep.report.published import parse_file
 
     lines = PUBLISHED.read_text().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| GPU | Tokens |"))
@@ -488,9 +492,9 @@ def test_an_offload_that_moved_nothing_says_why(tmp_path):
     moves: the report's counters say so, and the table cell carries a footnote with the reason."""
     import ckptlib
     from ckptlib import synthetic
-    from sweep import store
-    from sweep.cell import Cell
-    from sweep.results import CellResult
+    from sweep.config.cell import Cell
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
 
     engine = open_store(f"sqlite:///{tmp_path / 'offload.db'}")
     run_id = store.get_or_create_run(engine, "offload", "CPU: x")

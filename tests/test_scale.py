@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep.store import StoreError, filesystem_of, open_store
+from sweep.store.database import StoreError, filesystem_of, open_store
 from tests.postgres_helpers import create_database, drop_database, postgres_reason, rows
 from tests.sweep_helpers import query, run_sweep
 
@@ -112,7 +112,7 @@ def test_sqlite_on_a_network_file_system_is_refused(tmp_path, monkeypatch):
     mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/export /mnt/shared nfs4 rw 0 0\n"
     assert filesystem_of(Path("/mnt/shared/runs/results.db"), mounts) == ("/mnt/shared", "nfs4")
     assert filesystem_of(Path("/mnt/sharedx/results.db"), mounts) == ("/", "ext4")
-    monkeypatch.setattr("sweep.store.filesystem_of", lambda path: ("/mnt/shared", "nfs4"))
+    monkeypatch.setattr("sweep.store.database.filesystem_of", lambda path: ("/mnt/shared", "nfs4"))
     with pytest.raises(StoreError, match=r"is on a network file system \(nfs4 at /mnt/shared\).*use a PostgreSQL URL"):
         open_store(f"sqlite:///{tmp_path / 'r.db'}")
 
@@ -140,8 +140,8 @@ def test_launcher_presets_compose_into_launcher_configs():
     """Every preset composes; its launcher settings are what the preset promises on this machine."""
     from hydra import compose, initialize_config_dir
 
-    from sweep.app import CONFIG_PATH
-    from sweep.gpus import count as gpu_count
+    from sweep.machine.gpus import count as gpu_count
+    from sweep.run.app import CONFIG_PATH
 
     def launcher(*overrides):
         with initialize_config_dir(config_dir=CONFIG_PATH, version_base=None):

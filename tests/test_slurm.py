@@ -220,7 +220,7 @@ def test_a_gpu_request_on_a_partition_without_gpus_is_one_line_before_anything_i
 
 
 def test_time_left_is_read_in_every_form_squeue_prints():
-    from sweep.slurm import parse_time_left
+    from sweep.launchers.slurm import parse_time_left
 
     assert parse_time_left("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4
     assert parse_time_left("02:03:04") == 2 * 3600 + 3 * 60 + 4
@@ -229,7 +229,7 @@ def test_time_left_is_read_in_every_form_squeue_prints():
 
 
 def test_a_cells_timeout_is_cut_to_the_jobs_time_left(monkeypatch):
-    from sweep import slurm
+    from sweep.launchers import slurm
 
     monkeypatch.setattr(slurm, "_deadline", lambda: (time.monotonic() + 100, "12_3"))
     budget, why = slurm.cell_time_limit(900)
@@ -240,7 +240,7 @@ def test_a_cells_timeout_is_cut_to_the_jobs_time_left(monkeypatch):
 def test_requests_are_checked_against_the_partitions_largest_node(monkeypatch):
     from types import SimpleNamespace
 
-    from sweep import slurm
+    from sweep.launchers import slurm
 
     nodes = {"a100": [{"name": "n1", "cpus": 64, "memory_mb": 512_000, "gpus": 8}], "cpu": []}
     monkeypatch.setattr(slurm, "partition_nodes", lambda partition: nodes.get(partition, []))
@@ -265,7 +265,7 @@ def test_requests_are_checked_against_the_partitions_largest_node(monkeypatch):
 def test_sbatch_refusals_are_one_line():
     from subprocess import CalledProcessError
 
-    from sweep.slurm import one_line
+    from sweep.launchers.slurm import one_line
 
     wrapped = CalledProcessError(1, ["sbatch"], output=b"", stderr=b"")
     wrapped.output = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"

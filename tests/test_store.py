@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from sweep import store
-from sweep.migrations import schema_version
-from sweep.query import load_cells, select_runs
-from sweep.results import CellResult
-from sweep.schema import SCHEMA_VERSION
+from sweep.store import database as store
+from sweep.store.migrations import schema_version
+from sweep.store.query import load_cells, select_runs
+from sweep.store.results import CellResult
+from sweep.store.schema import SCHEMA_VERSION
 from tests.postgres_helpers import ROOT, rows
 from tests.sweep_helpers import SUPPORT, run_sweep, start_sweep
 
@@ -284,7 +284,7 @@ def _cli() -> list[str]:
 def test_a_read_only_database_is_read_but_never_written(tmp_path, monkeypatch):
     db = tmp_path / "ro.db"
     round_trip(f"sqlite:///{db}")
-    monkeypatch.setattr("sweep.store.os.access", lambda path, mode: Path(path) != db)
+    monkeypatch.setattr("sweep.store.database.os.access", lambda path, mode: Path(path) != db)
     engine = store.open_store(f"sqlite:///{db}", create=False)
     assert len(load_cells(engine, select_runs(engine))) == 1
     engine.dispose()
@@ -315,7 +315,7 @@ def test_a_cell_whose_samples_cannot_be_written_leaves_no_row(tmp_path):
     was staged leaves neither (a row without samples would be skipped by resume as done)."""
     from sqlalchemy import event
 
-    from sweep.schema import Sample
+    from sweep.store.schema import Sample
 
     engine = store.open_store(f"sqlite:///{tmp_path / 'r.db'}")
     run_id = store.get_or_create_run(engine, "r", "CPU")

@@ -7,8 +7,8 @@ import time
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from sweep.app import should_run
-from sweep.cell import Cell
+from sweep.config.cell import Cell
+from sweep.run.app import should_run
 from tests.sweep_helpers import FAST, query, run_sweep, session_processes, start_sweep
 
 FAULTS = {
@@ -253,8 +253,8 @@ def test_a_change_of_measure_settings_is_said_and_rerun_keeps_the_earlier_attemp
         ("none", 2, 1, 3),
     ]
     assert query(db, "select count(*) from samples") == [(2 * (3 + 4),)]  # every attempt keeps its samples
-    from sweep.diff import diff_runs
-    from sweep.store import open_store
+    from sweep.report.diff import diff_runs
+    from sweep.store.database import open_store
 
     engine = open_store(f"sqlite:///{db}")
     result = diff_runs(engine, "1@previous", "1")

@@ -7,7 +7,7 @@ import pytest
 
 from ckptlib.families import describe_shape
 from sweep.cli import main
-from sweep.results import throughput
+from sweep.store.results import throughput
 
 from .sweep_helpers import FAST, query, run_sweep
 

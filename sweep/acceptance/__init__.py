@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from . import checks, studies
-from .common import SCALES, Check, Outcome, Target
+from .common import SCALES, Check, CheckResult, CheckStatus, Target
 
 CHECKS = {
     "fork_server": Check(checks.fork_server, 180),
@@ -39,7 +39,7 @@ CHECKS = {
     "studies": Check(studies.studies, 540),
 }
 PARTS = {"core": [name for name in CHECKS if name != "studies"], "studies": ["studies"], "all": list(CHECKS)}
-PASSED = ("ok", "skipped")  # a check with one of these is not run again
+PASSED = (CheckStatus.OK, CheckStatus.SKIPPED)  # a check with one of these is not run again
 SUMMARY = "summary.md"
 MIN_START_S = 60  # a check is not started with less of the budget left
 
@@ -74,7 +74,7 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> Outcome:
+def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> CheckResult:
     log = out / "logs" / f"{name}.log"
     command = [sys.executable, "-m", "sweep.acceptance", "--check", name, "--device", target.device]
     command += ["--scale", target.scale, "--out", str(out), "--families", ",".join(target.families)]
@@ -84,26 +84,26 @@ def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> Outcome:
     result = out / "checks" / f"{name}.json"
     if returncode is None:
         reason = f"no result within {timeout_s:.0f} s (its process group was killed); see logs/{name}.log"
-        return Outcome(name, "failed", [reason], seconds=seconds)
+        return CheckResult(name, CheckStatus.FAILED, [reason], seconds=seconds)
     if not result.exists():
         reason = f"the check's process exited with {returncode} before reporting; see logs/{name}.log"
-        return Outcome(name, "failed", [reason], seconds=seconds)
-    outcome = Outcome(**json.loads(result.read_text()))
+        return CheckResult(name, CheckStatus.FAILED, [reason], seconds=seconds)
+    outcome = CheckResult(**json.loads(result.read_text()))
     outcome.seconds = seconds
     return outcome
 
 
-def recorded(out: Path) -> dict[str, Outcome]:
+def recorded(out: Path) -> dict[str, CheckResult]:
     """Every check's latest outcome in this folder, from earlier invocations too."""
     found = {}
     for name in CHECKS:
         path = out / "checks" / f"{name}.json"
         if path.exists():
-            found[name] = Outcome(**json.loads(path.read_text()))
+            found[name] = CheckResult(**json.loads(path.read_text()))
     return found
 
 
-def summary(outcomes: dict[str, Outcome], target: Target) -> str:
+def summary(outcomes: dict[str, CheckResult], target: Target) -> str:
     """Every registered check, in order: its outcome, or that it has not run yet."""
     lines = [
         f"# Acceptance run on {target.device} ({target.scale} scale)",
@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
-    from sweep.environment import resolve_device
+    from sweep.machine.environment import resolve_device
 
     device = resolve_device(options.device)
     scale = options.scale or ("docs" if device.startswith("cuda") else "tiny")
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = _run_one(name, target, out, min(CHECKS[name].timeout_s, left))
         (out / "checks" / f"{name}.json").write_text(json.dumps(outcome.as_dict(), indent=1))
         outcomes[name] = outcome
-        failed |= outcome.status == "failed"
+        failed |= outcome.status == CheckStatus.FAILED
         (out / SUMMARY).write_text(summary(outcomes, target))
         print(f"{name:14s} {outcome.status:8s} {outcome.seconds:6.1f} s  {(outcome.details or [''])[0]}", flush=True)
     (out / SUMMARY).write_text(summary(outcomes, target))

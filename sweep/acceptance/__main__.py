@@ -1,5 +1,5 @@
 import sys
 
-from . import main
+from sweep.acceptance import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 """The core acceptance checks. Each runs in its own process (see __init__), on `cuda` at the docs'
-scale or, tiny, on a CPU (or in the suite, on a fake CUDA host), and returns an Outcome: ok, failed,
+scale or, tiny, on a CPU (or in the suite, on a fake CUDA host), and returns an CheckResult: ok, failed,
 or skipped with the reason."""
 
 from __future__ import annotations
@@ -8,20 +8,22 @@ import sqlite3
 from pathlib import Path
 
 from ckptlib.units import GIB
+from sweep.vocabulary import Provenance, Status
 
-from .common import RUN, Outcome, Target, cells, exited, one_line, sweep_cli, verdict
+from .common import RUN, CheckResult, CheckStatus, Target, cells, exited, one_line, sweep_cli, verdict
 
 # ---- fork server ------------------------------------------------------------------------------
 
 
-def fork_server(target: Target, out: Path) -> Outcome:
-    from ..isolation import preload_failures, run_isolated
+def fork_server(target: Target, out: Path) -> CheckResult:
+    from sweep.run.isolation import preload_failures, run_isolated
+
     from .probes import fork_probe
 
     device = target.device
     result = run_isolated(fork_probe, (device,), 120, "ckptlib.families.builders")
     report = result.report or {}
-    problems = [] if result.status == "ok" else [f"probe {result.status}: {one_line(result.reason)}"]
+    problems = [] if result.status == Status.OK else [f"probe {result.status}: {one_line(result.reason)}"]
     if report.get("initialized_at_start") or report.get("bad_fork_at_start"):
         problems.append(f"CUDA was initialised before the child touched it: {report}")
     if report and not report.get("allocated"):
@@ -88,7 +90,7 @@ class DelayedCopies:
         self.streams.to_host(host, source)
 
 
-def offload(target: Target, out: Path) -> Outcome:
+def offload(target: Target, out: Path) -> CheckResult:
     import torch
 
     from ckptlib import streams
@@ -149,7 +151,7 @@ def offload(target: Target, out: Path) -> Outcome:
 # ---- the harness ---------------------------------------------------------------------------------
 
 
-def harness(target: Target, out: Path) -> Outcome:
+def harness(target: Target, out: Path) -> CheckResult:
     device = target.device
     presets = "tiny,cpu-256" if target.tiny else "packed-4096,packed-16384"
     common = [
@@ -165,14 +167,14 @@ def harness(target: Target, out: Path) -> Outcome:
     predicted = sweep_cli(out, *common, "predict=true", f"predict_device={'cuda' if target.cuda else 'cpu'}")
     problems = exited(measured) + exited(predicted)
     rows = cells(out, f"{RUN}-harness")
-    predictions = {c["cell_key"]: c["peak_bytes"] for c in cells(out, f"{RUN}-harness", "predicted")}
+    predictions = {c["cell_key"]: c["peak_bytes"] for c in cells(out, f"{RUN}-harness", Provenance.PREDICTED)}
     table = [
         "| preset | mode | sec/step | peak GiB | first-step peak GiB | predicted GiB | measured/predicted - 1 |",
         "|---|---|---|---|---|---|---|",
     ]
     errors = {}
     for cell in rows:
-        if cell["status"] != "ok":
+        if cell["status"] != Status.OK:
             problems.append(f"{cell['preset']} {cell['mode']}: {cell['status']}: {one_line(cell['reason'])}")
             continue
         if not cell["peak_bytes"] or (target.cuda and not cell["first_step_peak_bytes"]):
@@ -192,7 +194,7 @@ def harness(target: Target, out: Path) -> Outcome:
         f"{len(rows)} cells measured through ckpt-sweep run into results.db (run {RUN}-harness); "
         f"{len(within)} of {len(errors)} within 5% of their prediction"
     ]
-    by_mode = {(c["preset"], c["mode"]): c for c in rows if c["status"] == "ok"}
+    by_mode = {(c["preset"], c["mode"]): c for c in rows if c["status"] == Status.OK}
     largest = presets.split(",")[-1]
     if all((largest, m) in by_mode for m in ("none", "layer", "unsloth")):
         none, layer, unsloth = (by_mode[(largest, m)] for m in ("none", "layer", "unsloth"))
@@ -208,10 +210,10 @@ def harness(target: Target, out: Path) -> Outcome:
 # ---- out of memory -----------------------------------------------------------------------------
 
 
-def oom(target: Target, out: Path) -> Outcome:
+def oom(target: Target, out: Path) -> CheckResult:
     device = target.device
     preset, huge = ("cpu-256", 2**22) if target.tiny else ("packed-4096", 512)
-    expected = "oom" if target.cuda else "host-oom"
+    expected = Status.OOM if target.cuda else Status.HOST_OOM
     returncode = sweep_cli(
         out,
         "sweep=none",
@@ -228,8 +230,8 @@ def oom(target: Target, out: Path) -> Outcome:
     rows = cells(out, f"{RUN}-oom")
     statuses = [(c["config"]["shape"].get("batch"), c["status"]) for c in rows]
     problems = exited(returncode)
-    if statuses != [(huge, expected), (1, "ok")]:
-        problems.append(f"statuses {statuses}, expected [({huge}, {expected!r}), (1, 'ok')]")
+    if statuses != [(huge, expected), (1, Status.OK)]:
+        problems.append(f"statuses {statuses}, expected {[(huge, str(expected)), (1, str(Status.OK))]}")
     reason = one_line(rows[0]["reason"])[:160] if rows else None
     details = [
         f"batch {huge}: {statuses[0][1] if statuses else '?'} ({reason}); then batch 1: "
@@ -245,8 +247,8 @@ def oom(target: Target, out: Path) -> Outcome:
 QUANTIZATIONS = ("none", "int8-torchao", "fp8-torchao", "int8-sdnq")
 
 
-def quantization(target: Target, out: Path) -> Outcome:
-    from .. import gpus
+def quantization(target: Target, out: Path) -> CheckResult:
+    from sweep.machine import gpus
 
     device = target.device
     preset = "cpu-256" if target.tiny else "packed-1024"
@@ -267,23 +269,23 @@ def quantization(target: Target, out: Path) -> Outcome:
     rows = cells(out, f"{RUN}-quantization")
     fp8_runs = target.cuda and (gpus.gpu_for(device).capability or (0, 0)) >= (8, 9)  # NVML: no CUDA context here
     problems = exited(returncode)
-    bf16 = {c["mode"]: c["weight_bytes"] for c in rows if c["quantization"] == "none" and c["status"] == "ok"}
+    bf16 = {c["mode"]: c["weight_bytes"] for c in rows if c["quantization"] == "none" and c["status"] == Status.OK}
     table = [
         "| precision | mode | status | weight bytes / bf16 | build s | first step s | sec/step |",
         "|---|---|---|---|---|---|---|",
     ]
     for cell in rows:
-        expected = "unsupported" if cell["quantization"] == "fp8-torchao" and not fp8_runs else "ok"
+        expected = Status.UNSUPPORTED if cell["quantization"] == "fp8-torchao" and not fp8_runs else Status.OK
         if cell["status"] != expected:
             reason = one_line(cell["reason"])
             problems.append(f"{cell['quantization']} {cell['mode']}: {cell['status']} ({reason}), expected {expected}")
         ratio = cell["weight_bytes"] / bf16[cell["mode"]] if cell["weight_bytes"] and bf16.get(cell["mode"]) else None
-        if cell["status"] == "ok" and cell["quantization"] != "none" and not (ratio and 0.45 <= ratio <= 0.6):
+        if cell["status"] == Status.OK and cell["quantization"] != "none" and not (ratio and 0.45 <= ratio <= 0.6):
             problems.append(f"{cell['quantization']} {cell['mode']}: weight bytes {ratio} of bf16, expected about half")
         figures = (ratio, cell["timings"].get("build_s"), cell["first_step_s"], cell["sec_per_step"])
         shown = ["" if value is None else f"{value:.{digits}f}" for value, digits in zip(figures, (3, 1, 2, 4))]
         table.append(f"| {cell['quantization']} | {cell['mode']} | {cell['status']} | {' | '.join(shown)} |")
-    sdnq = [c for c in rows if c["quantization"] == "int8-sdnq" and c["status"] == "ok"]
+    sdnq = [c for c in rows if c["quantization"] == "int8-sdnq" and c["status"] == Status.OK]
     details = [f"{len(rows)} cells; fp8-torchao {'runs' if fp8_runs else 'is expected unsupported'} here"]
     if sdnq:
         details.append(
@@ -296,7 +298,7 @@ def quantization(target: Target, out: Path) -> Outcome:
 # ---- every family ------------------------------------------------------------------------------
 
 
-def families(target: Target, out: Path) -> Outcome:
+def families(target: Target, out: Path) -> CheckResult:
     import torch
 
     import ckptlib
@@ -339,19 +341,25 @@ def memory_totals_agree(torch_bytes: int | None, nvml_bytes: int | None) -> bool
     return bool(torch_bytes and nvml_bytes) and 0 <= nvml_bytes - torch_bytes <= NVML_OVER_TORCH * torch_bytes
 
 
-def environment(target: Target, out: Path) -> Outcome:
+def environment(target: Target, out: Path) -> CheckResult:
     device = target.device
     if not target.cuda:
-        return Outcome("environment", "skipped", ["the hardware label and UUID checks need a CUDA device"])
-    from .. import gpus
-    from ..isolation import run_isolated
+        return CheckResult(
+            "environment", CheckStatus.SKIPPED, ["the hardware label and UUID checks need a CUDA device"]
+        )
+    from sweep.machine import gpus
+    from sweep.run.isolation import run_isolated
+
     from .probes import fork_probe
 
     report = run_isolated(fork_probe, (device,), 120, "ckptlib.synthetic").report or {}
     problems = []
     gpu = gpus.gpu_for(device)
     with sqlite3.connect(out / "results.db") as connection:
-        labels = {row[0] for row in connection.execute("select hardware from runs where provenance = 'measured'")}
+        labels = {
+            row[0]
+            for row in connection.execute("select hardware from runs where provenance = ?", (Provenance.MEASURED,))
+        }
     if labels != {gpu.label}:
         problems.append(f"runs are labelled {sorted(labels)}, the card is {gpu.label!r}")
     if report.get("torch_uuid") != report.get("nvml_uuid"):

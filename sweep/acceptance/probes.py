@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..results import CellResult
-from ..status import Status
+from sweep.store.results import CellResult
+from sweep.vocabulary import Status
 
 
 def _bare(uuid: str) -> str:
@@ -15,7 +15,7 @@ def fork_probe(device: str) -> CellResult:
     and the device's identity from torch beside NVML's."""
     import torch
 
-    from .. import gpus
+    from sweep.machine import gpus
 
     report = {"initialized_at_start": torch.cuda.is_initialized(), "bad_fork_at_start": torch.cuda._is_in_bad_fork()}
     x = torch.ones(1024, device=device)

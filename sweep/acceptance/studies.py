@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptlib.units import GIB
+from sweep.vocabulary import Status
 
-from .common import RUN, Outcome, Target, cells, exited, one_line, sweep_cli, verdict
+from .common import RUN, CheckResult, Target, cells, exited, one_line, sweep_cli, verdict
 
 # (study, overrides at the docs' scale, tiny, cells it measures at the docs' scale, tiny)
 STUDIES = {
@@ -33,7 +34,7 @@ STUDIES = {
 }
 
 
-def studies(target: Target, out: Path) -> Outcome:
+def studies(target: Target, out: Path) -> CheckResult:
     problems, table = [], ["| study | setting | status | sec/step | peak GiB | figure |", "|---|---|---|---|---|---|"]
     figures = {}
     for study, (docs, tiny, docs_cells, tiny_cells) in STUDIES.items():
@@ -52,7 +53,7 @@ def studies(target: Target, out: Path) -> Outcome:
             peak = "" if cell["peak_bytes"] is None else f"{cell['peak_bytes'] / GIB:.2f}"
             seconds = "" if cell["sec_per_step"] is None else f"{cell['sec_per_step']:.4f}"
             table.append(f"| {study} | {setting} | {cell['status']} | {seconds} | {peak} | {figure} |")
-            if cell["status"] not in ("ok", "unsupported"):  # a backend the device lacks is unsupported
+            if cell["status"] not in (Status.OK, Status.UNSUPPORTED):  # a backend the device lacks is unsupported
                 problems.append(f"{study} {setting}: {cell['status']}: {one_line(cell['reason'])}")
     details = [f"{len(table) - 2} cells through ckpt-sweep run (runs {RUN}-compile, -attention, -batch)"]
     return verdict("studies", problems, details, table=table, figures=figures)

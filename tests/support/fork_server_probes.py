@@ -8,14 +8,14 @@ import sys
 
 import torch
 
-from sweep import isolation
-from sweep.results import CellResult
-from sweep.status import Status
+from sweep.run import isolation
+from sweep.store.results import CellResult
+from sweep.vocabulary import Status
 
 
 def report_state() -> CellResult:
     """A child's first act: what the fork server asked of CUDA while preloading, and the state it forked in."""
-    from sweep import cuda_guard
+    from sweep.run import cuda_guard
     from tests.support import fake_cuda
 
     report = {
@@ -35,8 +35,8 @@ def state_at_fork(builder_module: str) -> dict:
 
 
 def family_cell() -> dict:
-    from sweep.cell import Cell
-    from sweep.scenarios import MeasureSettings, measure_cell
+    from sweep.config.cell import Cell
+    from sweep.run.scenarios import MeasureSettings, measure_cell
 
     cell = Cell("flux1", "ckptlib.families.builders.flux1", "tiny", "layer", "torch", dtype="bf16")
     result = isolation.run_isolated(

@@ -1,0 +1,149 @@
+"""A cell: one point of the sweep (family x shape x mode x quantization x training), as plain data.
+
+Each field is declared once, here, with everything else there is to know about it (`setting`):
+where the typed sweep config holds it, how a report heading names one of its values, whether it
+is a column of the cells table, and the schema version of the round that added it. The key,
+`cell_from_config`, the reports' settings and the store's columns are derived from these
+declarations; the typed config's defaults are tested against them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+
+from ckptlib import CheckpointConfig
+from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    config: str,
+    label: str | None = None,
+    group: str | None = None,
+    column: bool = False,
+    since: int | None = None,
+    factory=MISSING,
+):
+    """A cell field. `config`: its dotted key in the typed sweep config; `label`: how a heading
+    names a value ('interval {}'), `group` the heading's kind (`checkpoint` settings are compared
+    with the mode's preset, `run` settings with their default); `column`: a column of the cells
+    table too; `since`: the schema version of the round that added it (None: the first cell key);
+    a field added later is left out of the key at its default, so older runs resume."""
+    metadata = {"config": config, "label": label, "group": group, "column": column, "since": since}
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def identity_key(identity: dict[str, Any]) -> str:
+    """A short, stable hash of a canonical JSON rendering."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Cell:
+    family: str = setting(config="family.name", column=True)
+    builder: str = setting(config="family._target_")  # import path of the family's build function
+    preset: str = setting(config="preset", column=True)
+    mode: str = setting(config="mode.name", column=True)  # the column label (docs' mode name)
+    backend: str = setting(config="mode.backend", label="{}", group="checkpoint", column=True)
+    interval: int | None = setting(None, config="mode.interval", label="interval {}", group="checkpoint", column=True)
+    stride: int | None = setting(None, config="mode.stride", label="stride {}", group="checkpoint", column=True)
+    # which blocks the schedule may checkpoint (CheckpointConfig)
+    blocks: int | tuple[int, ...] | None = setting(None, config="mode.blocks", label="{}", group="checkpoint", since=3)
+    offload_attention: bool = setting(
+        False, config="mode.offload_attention", label="attention offload {}", group="checkpoint", column=True
+    )
+    quantization: str = setting("none", config="quantization.name", column=True)
+    training: str = setting("lora", config="training", label="{}", column=True)
+    lora_rank: int = setting(16, config="lora_rank", label="LoRA rank {}", group="run")
+    shape: dict[str, Any] = setting(config="shape", factory=dict)  # overrides of the preset's shape
+    # auto: bf16 on accelerators, fp32 on CPU
+    dtype: str = setting("auto", config="dtype", label="{}", group="run", since=1)
+    # the SDPA kernel (ckptlib.attention.BACKENDS)
+    attention: str = setting("auto", config="attention", label="{} attention", group="run", since=4)
+    # what torch.compile compiles (ckptlib.compile.COMPILE_MODES)
+    compile: str = setting("none", config="compile", label="compile {}", group="run", since=5)
+    seed: int = setting(0, config="seed", label="seed {}", group="run")
+    pin_memory_max_buckets: int = setting(
+        DEFAULT_PIN_MEMORY_MAX_BUCKETS, config="pin_memory_max_buckets", label="{} pinned buckets", group="run"
+    )
+    offload_stash_depth: int = setting(
+        DEFAULT_OFFLOAD_STASH_DEPTH, config="offload_stash_depth", label="{} copies in flight", group="run", since=3
+    )
+
+    @property
+    def key(self) -> str:
+        """Identity: a hash of the canonical config (the label `mode` is not part of it). Fields
+        added after the first cell key are left out at their defaults, so older runs resume."""
+        identity = {k: v for k, v in asdict(self).items() if k != "mode"}
+        for name, default in LATER_FIELDS.items():
+            if identity[name] == default:
+                del identity[name]
+        return identity_key(identity)
+
+    def torch_dtype(self) -> torch.dtype | None:
+        return None if self.dtype == "auto" else DTYPES[self.dtype]
+
+    def checkpoint_config(self) -> CheckpointConfig:
+        """Raises ValueError for a combination that is not a valid config (status `invalid`)."""
+        return CheckpointConfig(
+            backend=self.backend,
+            interval=self.interval,
+            stride=self.stride,
+            blocks=self.blocks,
+            offload_attention=self.offload_attention,
+            pin_memory_max_buckets=self.pin_memory_max_buckets,
+            offload_stash_depth=self.offload_stash_depth,
+        )
+
+    def describe(self) -> str:
+        shape = "".join(f" {k}={v}" for k, v in sorted(self.shape.items()))
+        return f"{self.family}/{self.preset}{shape} {self.mode} q={self.quantization} {self.training}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FIELDS = {f.name: f for f in fields(Cell)}
+
+
+def default(name: str) -> Any:
+    """A cell field's default (MISSING for the fields every cell must give)."""
+    declared = FIELDS[name]
+    return declared.default_factory() if declared.default_factory is not MISSING else declared.default
+
+
+LATER_FIELDS = {name: default(name) for name, f in FIELDS.items() if f.metadata["since"] is not None}
+COLUMNS = tuple(name for name, f in FIELDS.items() if f.metadata["column"])  # also columns of the cells table
+# How headings name a setting's value, by group: checkpoint settings (compared with the mode's
+# preset) and run settings (compared with their default).
+LABELS = {
+    group: {name: f.metadata["label"] for name, f in FIELDS.items() if f.metadata["group"] == group}
+    for group in ("checkpoint", "run")
+}
+
+
+def _value(name: str, value):
+    """A typed config's value as the cell holds it: an enum member's word, a list of blocks as a tuple."""
+    value = getattr(value, "name", value)
+    return tuple(value) if name == "blocks" and isinstance(value, list) else value
+
+
+def cell_from_config(cfg) -> Cell:
+    """The cell a composed (typed) sweep config describes."""
+    from omegaconf import OmegaConf
+
+    def select(path: str):
+        value = OmegaConf.select(cfg, path)
+        return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+    return Cell(**{name: _value(name, select(f.metadata["config"])) for name, f in FIELDS.items()})

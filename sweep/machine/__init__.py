@@ -1,0 +1,1 @@
+"""Where cells run: the GPUs NVML sees, the host, and what a run records about them."""

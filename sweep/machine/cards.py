@@ -1,0 +1,54 @@
+"""Cards by name, and memory sizes as people write them: what `advise --card`, `plan --card` and
+the plots' card lines read. Defined once."""
+
+from __future__ import annotations
+
+import re
+
+from ckptlib.units import GIB, MIB
+
+# Cards are sold in "GB" that are GiB-sized (a 24 GB card has 24 GiB), so GB and G read as GiB.
+_UNITS = {"gib": GIB, "gb": GIB, "g": GIB, "": GIB, "mib": MIB, "mb": MIB, "m": MIB}
+# Each card's total memory in MiB, as nvidia-smi (NVML) reports it, the figure people quote. What
+# CUDA can hand out (torch.cuda.get_device_properties) is a little less: H100 80GB 81,080 MiB, H200
+# 143,156 MiB (about 0.4 to 0.6% under); a measured run takes torch's own figure (sweep/run).
+CARDS_MIB = {
+    "RTX 3090": 24576,
+    "RTX 4090": 24564,
+    "RTX 5090": 32607,
+    "L4": 23034,
+    "RTX A6000": 49140,
+    "L40S": 46068,
+    "A100 40GB": 40960,
+    "A100 80GB": 81920,
+    "H100 80GB": 81559,
+    "H200": 143771,
+}
+PLOTTED = ("RTX 4090", "L40S", "H100 80GB", "H200")  # the cards plots draw a line at
+DEFAULT_MARGIN = 0.10  # the share of a card advise and plan keep free
+
+
+def parse_size(text: str) -> int:
+    """'48GiB', '48GB', '48G', '48' (all GiB), '512MiB' -> bytes; ValueError for anything else or 0."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match[2].lower() not in _UNITS:
+        raise ValueError(f"cannot read memory size {text!r}; write e.g. 48GiB, 24GB, 24G or 80")
+    size = round(float(match[1]) * _UNITS[match[2].lower()])
+    if size <= 0:
+        raise ValueError(f"a card needs some memory: got {text!r}")
+    return size
+
+
+def check_margin(margin: float) -> float:
+    if not 0 <= margin < 1:
+        raise ValueError(f"--margin is a share of the card to keep free, from 0 to under 1; got {margin:g}")
+    return margin
+
+
+def card_bytes(name: str) -> int:
+    """A card by name (`RTX 4090`, `L40S`, `H100 80GB`, `H200`; case and spaces aside)."""
+    key = "".join(name.lower().split())
+    for card, mib in CARDS_MIB.items():
+        if "".join(card.lower().split()) == key:
+            return mib * MIB
+    raise ValueError(f"unknown card {name!r}; known: {', '.join(CARDS_MIB)} (or give --vram)")

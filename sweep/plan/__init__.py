@@ -1,0 +1,1 @@
+"""Planning: the fastest schedule that fits a card, from shallow predictions, and measuring it (--verify)."""

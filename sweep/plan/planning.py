@@ -1,0 +1,309 @@
+"""`ckpt-sweep plan`: the fastest checkpointing schedule that fits a card, found by prediction
+(ckptlib.planner), written three ways, stored as a run of provenance `planned`, and with --verify
+measured: the top three as cells of one run, to say whether the predicted order held."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+from sqlalchemy.engine import Engine
+
+from ckptlib import CheckpointConfig
+from ckptlib.extrapolate import Estimate, ShallowPredictor
+from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
+from ckptlib.units import format_bytes
+from sweep.config.cell import Cell
+from sweep.config.structured import ModeConfig
+from sweep.store.results import CellResult
+from sweep.vocabulary import Provenance, Status
+
+# One direction of the host link, in practice (bytes/s).
+HOST_LINKS = {"pcie4": 25e9, "pcie5": 55e9, "nvlink-c2c": 450e9}
+# Effective throughput without a calibration: dense bf16 matmuls at about 40% of an H100's peak;
+# a CPU core pair at what the suite's machines reach in fp32.
+ASSUMED_FLOPS = {"cuda": 400e12, "cpu": 50e9}
+CPU_COPY_BYTES_PER_S = 5e9
+SCHEDULE_FIELDS = [f.name for f in fields(ModeConfig) if f.name != "name"]
+
+
+@dataclass
+class Request:
+    family: str
+    builder: str  # import path of its build function
+    preset: str
+    budget_bytes: int  # the card less its margin
+    card: str  # how the card was named (a plan's hardware label)
+    training: str = "lora"
+    quantization: str = "none"  # the base weights' (ckptlib.quantize.NAMES)
+    device: str = "cuda"  # the device model (ckptlib.predict.DEVICE_MODELS)
+    link: str = "pcie5"
+    hardware: str | None = None  # calibrate on cells measured there
+    workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+
+
+@dataclass
+class PlanResult:
+    request: Request
+    plan: ScheduleSearch
+    throughput: Throughput
+    recommended: Candidate | None  # None: nothing fits
+    checked: Estimate | None  # the recommendation's full (not extrapolated) prediction
+    lines: list[str]
+
+
+def assumed_throughput(device: str, link: str) -> Throughput:
+    if link not in HOST_LINKS:
+        raise ValueError(f"unknown host link {link!r}; known: {', '.join(HOST_LINKS)}")
+    if device == "cpu":
+        return Throughput(
+            f"assumed: {ASSUMED_FLOPS['cpu'] / 1e9:.0f} GFLOP/s, copies at {CPU_COPY_BYTES_PER_S / 1e9:.0f} GB/s "
+            "in line with compute (a CPU copies synchronously)",
+            1 / ASSUMED_FLOPS["cpu"],
+            1 / CPU_COPY_BYTES_PER_S,
+            overlaps_copies=False,
+        )
+    return Throughput(
+        f"assumed: {ASSUMED_FLOPS['cuda'] / 1e12:.0f} TFLOP/s effective, host link {link} at "
+        f"{HOST_LINKS[link] / 1e9:.0f} GB/s per direction, copies hidden behind compute",
+        1 / ASSUMED_FLOPS["cuda"],
+        1 / HOST_LINKS[link],
+    )
+
+
+def schedule_key(config: CheckpointConfig) -> tuple:
+    """What tells two schedules apart, whatever spelling (interval None or 1) they were given in."""
+    interval = config.interval or 1
+    blocks = config.blocks if config.checkpoints else None
+    if not config.checkpoints:
+        interval = 1
+    return (config.backend, interval, config.stride or interval, blocks, config.offload_attention)
+
+
+def check_quantization(name: str) -> None:
+    """ValueError naming an unknown scheme or the package it lacks."""
+    from ckptlib import UnsupportedModeError
+    from ckptlib.quantize import check_supported
+
+    try:
+        check_supported(name, "meta")  # predictions quantize the meta model's weights
+    except UnsupportedModeError as error:
+        raise ValueError(str(error)) from None
+
+
+def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanResult:
+    from sweep.config.builders import import_builder
+
+    build = import_builder(request.builder)
+    predictor = ShallowPredictor(
+        build, request.device, preset=request.preset, training=request.training, quantization=request.quantization
+    )
+    throughput = assumed_throughput(request.device, request.link)
+    plan = plan_schedules(predictor, throughput, workers=request.workers, progress=progress)
+    if engine is not None:
+        throughput = _calibrated(engine, request, plan, throughput)
+        plan = plan.retimed(throughput)
+    recommended, checked = _recommend(plan, predictor, request.budget_bytes)
+    lines = describe_outcome(request, plan, throughput, recommended, checked)
+    return PlanResult(request, plan, throughput, recommended, checked, lines)
+
+
+def _recommend(
+    plan: ScheduleSearch, predictor: ShallowPredictor, budget: int
+) -> tuple[Candidate | None, Estimate | None]:
+    """The fastest fitting candidate whose full prediction fits too (an interpolated estimate can
+    be a little off: the next one is tried)."""
+    for candidate in plan.fitting(budget)[:5]:
+        checked = predictor.full(candidate.config)
+        if checked.fits(budget):
+            return candidate, checked
+    return None, None
+
+
+def _calibrated(engine: Engine, request: Request, plan: ScheduleSearch, assumed: Throughput) -> Throughput:
+    """Fit sec/step to the FLOPs and copies of this family's cells measured on `request.hardware`."""
+    if request.hardware is None:
+        return assumed
+    from sweep.store.query import load_cells, select_runs
+
+    cells = load_cells(engine, select_runs(engine, [request.hardware]))
+    cells = cells[
+        (cells["family"] == request.family)
+        & (cells["preset"] == request.preset)
+        & (cells["training"] == request.training)
+        & (cells["quantization"] == request.quantization)
+        & (cells["provenance"] == Provenance.MEASURED)
+        & (cells["status"] == Status.OK)
+    ]
+    by_key = {schedule_key(c.config): c.estimate for c in plan.candidates}
+    measured = []
+    for config, seconds in zip(cells["config"], cells["sec_per_step"]):
+        estimate = by_key.get(schedule_key(recorded_schedule(config)))
+        if estimate is not None:
+            measured.append((estimate, seconds))
+    if len(measured) < 2:
+        return assumed
+    return fit_throughput(
+        measured,
+        assumed.overlaps_copies,
+        f"fitted to {len(measured)} cells of {request.family} {request.preset} measured on {request.hardware}",
+    )
+
+
+def recorded_schedule(config: dict) -> CheckpointConfig:
+    """The schedule of a recorded cell's config (JSON: an explicit block set is a list)."""
+    schedule = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k in SCHEDULE_FIELDS}
+    return CheckpointConfig(**schedule)
+
+
+def describe_outcome(
+    request: Request,
+    plan: ScheduleSearch,
+    throughput: Throughput,
+    recommended: Candidate | None,
+    checked: Estimate | None,
+) -> list[str]:
+    lines = [
+        f"{request.family} {request.preset} ({describe_training(request)}) on {request.card}: budget "
+        f"{format_bytes(request.budget_bytes)}; {len(plan.candidates)} schedules from {plan.predictions} "
+        f"shallow predictions ({request.device} device model)",
+        f"step time: {throughput.description}",
+    ]
+    lines += [f"not offered: {label}: {why}" for label, why in sorted(plan.unsupported.items())]
+    lines += frontier_table(plan, request.budget_bytes, recommended)
+    baseline = plan.baseline
+    if recommended is None:
+        closest = plan.smallest()
+        over = closest.peak_bytes + closest.estimate.context_bytes - request.budget_bytes
+        lines.append(
+            f"nothing fits: the smallest peak is {describe(closest.config)} at {format_bytes(closest.peak_bytes)}, "
+            f"{format_bytes(over)} over the budget"
+        )
+        return lines
+    overhead = recommended.seconds / baseline.seconds - 1 if baseline and baseline.seconds else float("nan")
+    peak = checked.peak_bytes if checked else recommended.peak_bytes
+    margin = request.budget_bytes - peak - recommended.estimate.context_bytes
+    lines += [
+        f"recommended: {describe(recommended.config)}",
+        f"  predicted peak {format_bytes(peak)} (a full prediction; the planner's estimate was "
+        f"{format_bytes(recommended.peak_bytes)}), margin {format_bytes(margin)}",
+        f"  predicted {recommended.seconds:.3f} s/step, {overhead:+.1%} over no checkpointing",
+        "  SimpleTuner: " + simpletuner(recommended.config),
+        "  ckpt-sweep run: " + run_override(recommended.config),
+        "  ckptlib: " + ckptlib_line(recommended.config),
+    ]
+    return lines
+
+
+def describe_training(request: Request) -> str:
+    """'lora', or 'lora, int8-torchao base' for a quantized base."""
+    if request.quantization == "none":
+        return request.training
+    return f"{request.training}, {request.quantization} base"
+
+
+def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | None, rows: int = 14) -> list[str]:
+    """The Pareto frontier by peak, thinned to about `rows` rows (the recommendation always shown)."""
+    front = plan.frontier()
+    step = max(1, -(-len(front) // rows))
+    shown = [c for i, c in enumerate(front) if i % step == 0 or c is recommended or i == len(front) - 1]
+    lines = [f"Pareto frontier ({len(front)} schedules, {len(shown)} shown; predicted):"]
+    lines.append(f"  {'peak':>11}  {'sec/step':>9}  schedule")
+    for c in shown:
+        mark = "  <- recommended" if c is recommended else ("" if c.estimate.fits(budget) else "  (over budget)")
+        lines.append(f"  {format_bytes(c.peak_bytes):>11}  {c.seconds:9.4f}  {describe(c.config)}{mark}")
+    return lines
+
+
+def simpletuner(config: CheckpointConfig) -> str:
+    """The schedule as SimpleTuner's config keys; a cut SimpleTuner has no key for is said so."""
+    keys = {"gradient_checkpointing": config.checkpoints}
+    if config.checkpoints:
+        keys["gradient_checkpointing_backend"] = config.backend
+        if (config.interval or 1) > 1:
+            keys["gradient_checkpointing_interval"] = config.interval
+        if config.stride:
+            keys["gradient_checkpointing_segment_stride"] = config.stride
+    if config.offload_attention:
+        keys["gradient_checkpointing_offload_attention"] = True
+    import json
+
+    text = json.dumps(keys)
+    if config.checkpoints and config.blocks is not None:
+        text += f" (SimpleTuner has no key for checkpointing the {_blocks(config)} only: it checkpoints every block)"
+    return text
+
+
+def run_override(config: CheckpointConfig) -> str:
+    words = [f"mode=none mode.name=planned mode.backend={config.backend}"]
+    for name in ("interval", "stride"):
+        if getattr(config, name):
+            words.append(f"mode.{name}={getattr(config, name)}")
+    if config.blocks is not None and config.checkpoints:
+        blocks = config.blocks if isinstance(config.blocks, int) else "[" + ",".join(map(str, config.blocks)) + "]"
+        words.append(f"mode.blocks={blocks}")
+    if config.offload_attention:
+        words.append("mode.offload_attention=true")
+    return " ".join(words)
+
+
+def ckptlib_line(config: CheckpointConfig) -> str:
+    arguments = [repr(config.backend)]
+    arguments += [f"{name}={getattr(config, name)!r}" for name in SCHEDULE_FIELDS[1:] if getattr(config, name)]
+    return f"ckptlib.CheckpointConfig({', '.join(arguments)})"
+
+
+def _blocks(config: CheckpointConfig) -> str:
+    from ckptlib.plan import describe_blocks
+
+    return describe_blocks(config.blocks)
+
+
+def planned_cells(outcome: PlanResult) -> list[tuple[dict, str, CellResult, dict]]:
+    """The frontier (and the recommendation) as cells of a planned run: predicted peak and time,
+    labelled as predictions in every field that holds them."""
+    request, chosen = outcome.request, outcome.recommended
+    shown = outcome.plan.frontier() + ([chosen] if chosen and chosen not in outcome.plan.frontier() else [])
+    cells = []
+    for rank, candidate in enumerate(shown, 1):
+        config = candidate.config
+        cell = Cell(
+            family=request.family,
+            builder=request.builder,
+            preset=request.preset,
+            mode="planned" if candidate is chosen else f"frontier-{rank}",
+            training=request.training,
+            quantization=request.quantization,
+            **{name: getattr(config, name) for name in SCHEDULE_FIELDS},
+        )
+        result = CellResult(
+            status=Status.OK,
+            peak_bytes=(
+                outcome.checked.peak_bytes if candidate is chosen and outcome.checked else candidate.peak_bytes
+            ),
+            report={
+                "schedule": describe(config),
+                "recommended": candidate is chosen,
+                "interpolated": candidate.interpolated,
+                "flops": candidate.estimate.flops,
+                "copied_bytes": candidate.estimate.copied_bytes,
+                "predicted_s_per_step": candidate.seconds,  # a prediction: sec_per_step stays empty
+            },
+        )
+        cells.append((cell.as_dict(), cell.key, result, {}))
+    return cells
+
+
+def store(engine: Engine, outcome: PlanResult) -> int:
+    from sweep.store.database import replace_runs
+
+    request = outcome.request
+    run = {
+        "name": f"plan {request.family} {request.preset} {describe_training(request)}",
+        "hardware": f"{request.card} ({request.device} model)",
+        "provenance": Provenance.PLANNED,
+        "source": "ckpt-sweep plan",
+        "environment": {"budget_bytes": request.budget_bytes, "throughput": outcome.throughput.description},
+        "cells": planned_cells(outcome),
+    }
+    return replace_runs(engine, [run])[0]

@@ -1,0 +1,281 @@
+"""`ckpt-sweep diff A B`: two runs cell by cell, status transitions first (asv-style compare).
+
+A side is a run id or hardware label, optionally `@previous` (each cell's attempt before its
+current one) or `@N` (attempt N), in one database or two (`--db-b`). Cells pair up by what they
+are (family, preset, tokens, mode, precision, training and any setting that differs from the
+defaults), so near-duplicates never cross; a pair measured by different code says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from rich.table import Table
+from scipy.stats import mannwhitneyu
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from ckptlib.modes import mode_rank
+from sweep.store.database import CellRow, Sample
+from sweep.store.query import load_cells, load_runs, select_runs
+from sweep.vocabulary import Status
+
+from .matrices import recorded_setting, table_unit, variant
+from .text import NOT_RUN, UNITS, cell_texts
+
+COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
+FACTOR = 1.1  # asv's default: a change smaller than 10% is not reported as one
+ALPHA = 0.05
+
+
+@dataclass
+class Diff:
+    label_a: str
+    label_b: str
+    cells: pd.DataFrame  # one row per coordinate, transitions first
+    environment: list[str]  # "key: A vs B" for every environment field that differs
+    unit: str = "GiB"  # of the memory figures
+
+    @property
+    def transitions(self) -> pd.DataFrame:
+        return self.cells[self.cells["transition"] != ""]
+
+
+@dataclass
+class Side:
+    cells: pd.DataFrame
+    run_ids: list[int]
+    samples: dict[int, list[float]]
+    environment: dict
+    label: str
+
+
+def _samples(engine: Engine, cell_ids: list[int]) -> dict[int, list[float]]:
+    query = select(CellRow.id, Sample.seconds).join(Sample).where(CellRow.id.in_(cell_ids), Sample.warmup.is_(False))
+    by_cell: dict[int, list[float]] = {}
+    with engine.connect() as connection:
+        for cell_id, seconds in connection.execute(query):
+            by_cell.setdefault(cell_id, []).append(seconds)
+    return by_cell
+
+
+def _flat_environment(engine: Engine, run_ids: list[int]) -> dict:
+    runs = load_runs(engine).set_index("id")
+    merged = {}
+    for run_id in run_ids:
+        for key, value in (runs.loc[run_id, "environment"] or {}).items():
+            if isinstance(value, dict):
+                merged.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                merged[key] = value
+        merged["provenance"] = runs.loc[run_id, "provenance"]
+    return merged
+
+
+def side(engine: Engine, selector: str) -> Side:
+    """`RUN`, `RUN@previous` or `RUN@N` (RUN: a run id or hardware label)."""
+    run, _, attempt = selector.partition("@")
+    if attempt and attempt != "previous" and not attempt.isdigit():
+        raise ValueError(f"unknown attempt {attempt!r} in {selector!r}: use RUN@previous or RUN@N")
+    run_ids = select_runs(engine, [run])
+    cells = load_cells(engine, run_ids, attempt or "current")
+    cells = cells.assign(
+        variant=[variant(c, m) for c, m in zip(cells["config"], cells["mode"])],
+        compile=[recorded_setting(c, "compile") for c in cells["config"]],
+    )
+    label = cells["hardware"].iloc[0] if not cells.empty else run
+    return Side(
+        cells,
+        run_ids,
+        _samples(engine, cells["cell_id"].tolist()),
+        _flat_environment(engine, run_ids),
+        label + (f" @{attempt}" if attempt else ""),
+    )
+
+
+def _transition(a: str | None, b: str | None, label_a: str, label_b: str) -> str:
+    a, b = a or NOT_RUN, b or NOT_RUN
+    if a == b:
+        return ""
+    if a == Status.OK and b == Status.OOM:
+        return f"fits on {label_a}, OOM on {label_b}"
+    if a == Status.OOM and b == Status.OK:
+        return f"OOM on {label_a}, fits on {label_b}"
+    return f"{label_a}: {a}, {label_b}: {b}"
+
+
+def _significance(a: list[float] | None, b: list[float] | None, ratio: float) -> str:
+    if not a or not b:
+        return "no samples (published or predicted)"
+    if len(a) < 3 or len(b) < 3:
+        return "too few samples"
+    p_value = mannwhitneyu(a, b, alternative="two-sided").pvalue
+    changed = ratio > FACTOR or ratio < 1 / FACTOR
+    if changed and p_value < ALPHA:
+        return f"{'slower' if ratio > 1 else 'faster'} (p={p_value:.3g})"
+    return f"not significant (p={p_value:.3g})"
+
+
+def _code_change(a, b) -> str:
+    """'measured by other code' when both cells know the commit that measured them and it differs."""
+    commit_a = (a or {}).get("git_commit") if isinstance(a, dict) else None
+    commit_b = (b or {}).get("git_commit") if isinstance(b, dict) else None
+    if commit_a and commit_b and commit_a != commit_b:
+        return f"measured by other code ({commit_a[:8]} vs {commit_b[:8]})"
+    return ""
+
+
+def _figures(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A figure column as floats, blank (NaN) where the cell is not ok (an OOM has no sec/step to compare)."""
+    return frame[column].astype(float).where(frame["status"] == Status.OK)
+
+
+def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine | None = None) -> Diff:
+    a, b = side(engine, selector_a), side(engine_b or engine, selector_b)
+    label_a, label_b = a.label, b.label
+    if label_a == label_b:
+        label_a, label_b = f"{label_a} (A)", f"{label_b} (B)"
+    unit = table_unit(pd.concat([a.cells, b.cells]))  # MiB when both sides' peaks are small
+    for cells in (a.cells, b.cells):
+        cells["text"] = cell_texts(cells, unit)
+    keep = COORDINATES + [
+        "status",
+        "sec_per_step",
+        "peak_bytes",
+        "samples_per_s",
+        "sample_unit",
+        "first_step_s",
+        "grad_rel_error",
+        "compile",
+        "text",
+        "cell_id",
+        "versions",
+    ]
+    merged = a.cells[keep].merge(b.cells[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
+    merged = merged.assign(
+        sec_a=_figures(merged.rename(columns={"status_a": "status"}), "sec_per_step_a"),
+        sec_b=_figures(merged.rename(columns={"status_b": "status"}), "sec_per_step_b"),
+        peak_a=_figures(merged.rename(columns={"status_a": "status"}), "peak_bytes_a"),
+        peak_b=_figures(merged.rename(columns={"status_b": "status"}), "peak_bytes_b"),
+    )
+    merged["ratio"] = merged["sec_b"] / merged["sec_a"]
+    merged["memory_diff"] = (merged["peak_b"] - merged["peak_a"]) / UNITS[unit]
+    merged["memory_ratio"] = merged["peak_b"] / merged["peak_a"]
+    merged["transition"] = [
+        _transition(x if isinstance(x, str) else None, y if isinstance(y, str) else None, label_a, label_b)
+        for x, y in zip(merged["status_a"], merged["status_b"])
+    ]
+    merged["significance"] = [
+        _significance(a.samples.get(x), b.samples.get(y), r) if r == r else ""
+        for x, y, r in zip(merged["cell_id_a"], merged["cell_id_b"], merged["ratio"])
+    ]
+    merged["code"] = [_code_change(x, y) for x, y in zip(merged["versions_a"], merged["versions_b"])]
+    merged["text_a"] = merged["text_a"].fillna(NOT_RUN)
+    merged["text_b"] = merged["text_b"].fillna(NOT_RUN)
+    merged = merged.assign(_first=merged["transition"] == "", _mode=merged["mode"].map(mode_rank))
+    merged = merged.sort_values(
+        ["_first", "family", "tokens", "preset", "quantization", "_mode", "variant"], kind="stable"
+    )
+    merged = merged.drop(columns=["_first", "_mode"]).reset_index(drop=True)
+    environment = [
+        f"{key}: {a.environment.get(key, '-')} ({label_a}) vs {b.environment.get(key, '-')} ({label_b})"
+        for key in sorted(set(a.environment) | set(b.environment))
+        if a.environment.get(key) != b.environment.get(key)
+    ]
+    return Diff(label_a, label_b, merged, environment, unit)
+
+
+def _number(value, template: str) -> str:
+    return "" if value != value else template.format(value)
+
+
+def _rate(samples_per_s, unit) -> str:
+    """'16.3 images/s', or blank for a cell with no throughput (not ok, published, predicted)."""
+    return "" if pd.isna(samples_per_s) else f"{samples_per_s:.3g} {unit}/s"
+
+
+FIRST_STEP = ("first step", "first_step_s", "{:.2f} s")  # where compilation lands
+GRAD_ERROR = ("grad error", "grad_rel_error", "{:.3g}")  # measure.numerics=true
+
+
+def _optional(diff: Diff) -> list[tuple[str, str, str]]:
+    """The columns a diff adds where they say something: the first step's time where a cell was
+    compiled, the gradient error where one was measured."""
+    frame = diff.cells
+    compiled = (frame[["compile_a", "compile_b"]].fillna("none") != "none").to_numpy().any()
+    errors = frame[["grad_rel_error_a", "grad_rel_error_b"]].notna().to_numpy().any()
+    return [column for column, shown in ((FIRST_STEP, compiled), (GRAD_ERROR, errors)) if shown]
+
+
+def _row_values(row, optional: list[tuple[str, str, str]]) -> list[str]:
+    tokens = "" if pd.isna(row.tokens) else str(int(row.tokens))
+    mode = row.mode + (f" ({row.variant})" if row.variant else "")
+    change = "; ".join(x for x in (row.transition or row.significance, row.code) if x)
+    extra = [
+        "" if pd.isna(value) else template.format(value)
+        for _, column, template in optional
+        for value in (getattr(row, f"{column}_a"), getattr(row, f"{column}_b"))
+    ]
+    return [
+        row.family,
+        row.preset,
+        tokens,
+        mode,
+        row.quantization,
+        row.text_a,
+        row.text_b,
+        _rate(row.samples_per_s_a, row.sample_unit_a),
+        _rate(row.samples_per_s_b, row.sample_unit_b),
+        _number(row.ratio, "{:.4f}"),
+        _number(row.memory_diff, "{:+.2f}"),
+        _number(row.memory_ratio, "{:.4f}"),
+        *extra,
+        change,
+    ]
+
+
+def columns(diff: Diff) -> list[str]:
+    return [
+        "family",
+        "preset",
+        "tokens",
+        "mode",
+        "quant",
+        diff.label_a,
+        diff.label_b,
+        f"samples/s {diff.label_a}",
+        f"samples/s {diff.label_b}",
+        f"time {diff.label_b}/{diff.label_a}",
+        f"memory diff {diff.unit}",
+        f"memory {diff.label_b}/{diff.label_a}",
+        *(f"{heading} {label}" for heading, *_ in _optional(diff) for label in (diff.label_a, diff.label_b)),
+        "change",
+    ]
+
+
+def rich_table(diff: Diff) -> Table:
+    table = Table(title=f"{diff.label_a} vs {diff.label_b}")
+    for column in columns(diff):
+        table.add_column(column)
+    optional = _optional(diff)
+    for row in diff.cells.itertuples():
+        table.add_row(*_row_values(row, optional), style="bold red" if row.transition else None)
+    return table
+
+
+def markdown(diff: Diff, plot: Path | None = None) -> str:
+    optional = _optional(diff)
+    frame = pd.DataFrame([_row_values(r, optional) for r in diff.cells.itertuples()], columns=columns(diff))
+    parts = [f"# Diff: {diff.label_a} vs {diff.label_b}\n", "## Environment differences\n"]
+    parts += [f"- {line}" for line in diff.environment] or ["- none recorded"]
+    parts.append("\n## Status transitions\n")
+    transitions = diff.transitions
+    parts += [
+        f"- {r.family} {r.preset} {r.mode} {r.quantization}: {r.transition}" for r in transitions.itertuples()
+    ] or ["- none"]
+    parts += ["\n## Cells\n", frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)]
+    if plot is not None:
+        parts.append(f"\n![time ratio]({plot.name})")
+    return "\n".join(parts) + "\n"

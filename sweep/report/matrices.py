@@ -1,0 +1,277 @@
+"""The docs' matrices from recorded cells: rows hardware (x tokens x precision) or precision, columns
+modes in the docs' order, one text per cell.
+
+Nothing is hidden: a setting that tells two cells of one row and column apart (interval, stride,
+training, LoRA rank, dtype, a shape override, ...) goes into the column heading, and so does any
+checkpointing setting that differs from the mode's preset (`Torch layer (interval 3)`). A cell that
+did not run to a figure carries its reason as a numbered footnote under the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ckptlib.modes import MODES
+from ckptlib.plan import describe_blocks
+from ckptlib.quantize import precision_label
+from ckptlib.units import unit_for
+from sweep.config.cell import FIELDS, LABELS, default
+from sweep.vocabulary import Provenance, Status
+
+from .text import BUSY_LOAD, BUSY_MARK, NOISY_MARK, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS, cell_texts, slug
+
+# Cell settings (keys of the recorded cell config) and how a heading names their value.
+# The settings a heading may name: checkpointing settings (against the mode's preset) and run
+# settings (against their defaults; training only where it differs between cells of one row).
+CHECKPOINT_SETTINGS = LABELS["checkpoint"]
+RUN_SETTINGS = {"training": FIELDS["training"].metadata["label"], **LABELS["run"]}
+FOOTNOTED = (Status.UNSUPPORTED, Status.FAILED, Status.CRASHED, Status.TIMEOUT, Status.INVALID, Status.HOST_OOM)
+
+
+@dataclass
+class Matrix:
+    table_id: str
+    family: str
+    sweep: str
+    title: str
+    frame: pd.DataFrame
+    sources: list[str] = field(default_factory=list)
+    footnotes: list[str] = field(default_factory=list)
+    legend: str = ""  # what a cell says and what its marks mean
+
+    def markdown(self) -> str:
+        table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
+        notes = [f"[{i}] {note}" for i, note in enumerate(self.footnotes, 1)]
+        return "\n".join([table, "", self.legend, *([""] + notes if notes else [])])
+
+
+def _sources(cells: pd.DataFrame) -> list[str]:
+    pairs = cells[["hardware", "provenance"]].drop_duplicates().itertuples(index=False)
+    return [f"{hardware}: {provenance}" for hardware, provenance in pairs]
+
+
+def _settings(config) -> dict:
+    """The settings of one recorded cell that a heading may need (published cells record few)."""
+    config = config if isinstance(config, dict) else {}
+    values = {k: config.get(k) for k in (*CHECKPOINT_SETTINGS, *RUN_SETTINGS)}
+    if values["blocks"] is not None:  # an int or (from JSON) a list: one text, to group and sort by
+        values["blocks"] = describe_blocks(values["blocks"])
+    values.update({f"shape.{k}": v for k, v in (config.get("shape") or {}).items()})
+    return values
+
+
+def _describe(setting: str, value) -> str:
+    if setting.startswith("shape."):
+        return f"{setting.removeprefix('shape.')} {value}"
+    return {**CHECKPOINT_SETTINGS, **RUN_SETTINGS}[setting].format(value)
+
+
+def recorded_setting(config, name: str):
+    """One run setting of a recorded cell, its default where the cell does not record it (published
+    cells and cells recorded before the setting existed)."""
+    recorded = config.get(name) if isinstance(config, dict) else None
+    return default(name) if recorded is None else recorded
+
+
+def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
+    """A cell's settings that differ from its mode's preset and the harness defaults, as text
+    ('' for a default cell): what tells near-duplicate cells apart across runs. Settings in
+    `shown_elsewhere` (a plot's marker says the dtype) are left out."""
+    values, preset = _settings(config), MODES.get(mode)
+    values = {k: (None if k in shown_elsewhere else v) for k, v in values.items()}
+    named = [
+        s
+        for s in CHECKPOINT_SETTINGS
+        if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
+    ]
+    named += [s for s in LABELS["run"] if values[s] not in (None, default(s))]
+    named += sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens" and values[s] is not None)
+    return ", ".join(_describe(s, values[s]) for s in named)
+
+
+def mode_label(family: str, mode: str, config, shown_elsewhere: tuple[str, ...] = ()) -> str:
+    """A mode as tables head it (the docs' synthetic names), with whatever tells its cell apart."""
+    name = SYNTHETIC_COLUMNS.get(mode, mode) if family == "synthetic" else mode
+    differs = variant(config, mode, shown_elsewhere)
+    return f"{name} ({differs})" if differs else name
+
+
+def _qualifiers(cells: pd.DataFrame, rows: list[str]) -> pd.Series:
+    """Per cell, the settings its heading must name: checkpointing settings that differ from its
+    mode's preset, and settings that differ between cells sharing a row and mode (each cell then
+    names its value where it is not the table's usual one)."""
+    settings = pd.DataFrame([_settings(c) for c in cells["config"]], index=cells.index, dtype=object)
+    settings = settings.where(settings.notna(), None)
+    keyed = pd.concat([cells[rows].astype(object), cells["mode"], settings.fillna("-")], axis=1)
+    varying = [s for s in settings.columns if keyed.groupby([*rows, "mode"], dropna=False)[s].nunique().max() > 1]
+    usual = {s: settings[s].fillna("-").mode().iloc[0] for s in varying}
+
+    def qualifier(index) -> str:
+        values, preset = settings.loc[index], MODES.get(cells.at[index, "mode"])
+        named = [
+            s
+            for s in CHECKPOINT_SETTINGS
+            if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
+        ]
+        named += [s for s in varying if s not in named and values[s] is not None and values[s] != usual[s]]
+        return f" ({', '.join(_describe(s, values[s]) for s in named)})" if named else ""
+
+    return pd.Series([qualifier(i) for i in cells.index], index=cells.index)
+
+
+def offloaded_nothing(report) -> str | None:
+    """Why a cell that asked for attention offload moved nothing (its report's counters), or None."""
+    if not isinstance(report, dict) or report.get("attention_regions_offloaded", 0):
+        return None
+    skipped = report.get("attention_offload_skipped", 0)
+    if not skipped:
+        return None
+    return (
+        f"offloads nothing: all {skipped} attention modules sit in recomputed blocks, whose saved tensors "
+        "recompute owns; the same work as Torch layer (seg2-stride4-offload and torch-ffn-offload offload)"
+    )
+
+
+def _footnoted(cells: pd.DataFrame, texts: list[str]) -> tuple[pd.Series, list[str]]:
+    """Cell texts with `[n]` after a status whose reason is known (or an offload that moved
+    nothing, from the cell's report), and the numbered reasons."""
+    notes: list[str] = []
+    marked = []
+    reports = cells["report"] if "report" in cells else [None] * len(cells)
+    for text, status, reason, report in zip(texts, cells["status"], cells["reason"], reports):
+        note = reason if status in FOOTNOTED and isinstance(reason, str) and reason else offloaded_nothing(report)
+        if note:
+            if note not in notes:
+                notes.append(note)
+            text = f"{text} [{notes.index(note) + 1}]"
+        marked.append(text)
+    return pd.Series(marked, index=cells.index), notes
+
+
+def table_unit(cells: pd.DataFrame) -> str:
+    """GiB, the docs' unit, for published and GPU tables and wherever a peak reaches a GiB; MiB for
+    tables of small (CPU, tiny) peaks, which would otherwise all read 0.00 GiB."""
+    docs = (cells["provenance"] == Provenance.PUBLISHED).any() or (
+        (cells["provenance"] == Provenance.MEASURED) & (cells["kind"] == "cuda")
+    ).any()
+    largest = pd.concat([cells["peak_bytes"], cells["predicted_bytes"]]).max()
+    return "GiB" if docs or pd.isna(largest) else unit_for(largest)[0]
+
+
+def legend(cells: pd.DataFrame, unit: str, texts: list[str]) -> str:
+    provenance, kinds = set(cells["provenance"]), set(cells["kind"])
+    if provenance == {Provenance.PUBLISHED}:
+        what = f"sec/step / peak {unit} as the docs published them"
+    elif provenance == {Provenance.PREDICTED}:
+        what = f"the predicted peak in {unit} (a prediction: nothing ran, so no time)"
+    elif kinds == {"cpu"}:
+        what = f"median sec/step of the measured steps / peak {unit} of live tensors on the CPU (not GPU memory)"
+    else:
+        what = f"median sec/step of the measured steps / peak {unit} allocated on the GPU"
+    marks = [
+        (NOISY_MARK, "`~` the steps' IQR is over 10% of the median"),
+        (BUSY_MARK, f"`!` the host was busy (load above {BUSY_LOAD:g} per core): its time is not comparable"),
+        ("] ", "`[n]` the reason, under the table"),
+        (NOT_RUN, "`not run`: not in this sweep"),
+    ]
+    shown = [words for mark, words in marks if any(mark in t or (mark == "] " and t.endswith("]")) for t in texts)]
+    return f"Each cell: {what}, or a status." + (" " + "; ".join(shown) + "." if shown else "")
+
+
+def shape_groups(cells: pd.DataFrame):
+    """The cells of each family, run, hardware, shape and precision, as the studies' tables group
+    them: (family, where: 'tiny, 32 tokens, fp32 on CPU: ... (run)', an id prefix, the group)."""
+    cells = cells.assign(precision=precision(cells) if len(cells) else [])
+    keys = ["family", "run_name", "hardware", "preset", "tokens", "precision"]
+    for (family, run, hardware, preset, tokens, label), group in cells.groupby(
+        keys, sort=True, dropna=False, observed=True
+    ):
+        shape = preset + ("" if pd.isna(tokens) else f", {int(tokens)} tokens")
+        yield family, f"{shape}, {label} on {hardware} ({run})", f"{family}/{run}/{hardware}/{shape}/{label}", group
+
+
+def precision(cells: pd.DataFrame) -> pd.Categorical:
+    """Each cell's precision as a row names it (bf16, fp32, int8 (TorchAO)), in the docs' order."""
+
+    def dtype(config, kind) -> str:
+        declared = recorded_setting(config, "dtype")
+        return declared if declared != "auto" else "fp32" if kind == "cpu" else "bf16"
+
+    labels = [precision_label(q, dtype(c, k)) for q, c, k in zip(cells["quantization"], cells["config"], cells["kind"])]
+    order = {q: i for i, q in enumerate(_quantization_order(cells))}
+    ranked = sorted(set(zip(labels, cells["quantization"])), key=lambda lq: (order[lq[1]], lq[0]))
+    return pd.Categorical(labels, categories=list(dict.fromkeys(label for label, _ in ranked)), ordered=True)
+
+
+def _quantization_order(cells: pd.DataFrame) -> list[str]:
+    present = set(cells["quantization"])
+    return [q for q in QUANTIZATION_ORDER if q in present] + sorted(present - set(QUANTIZATION_ORDER))
+
+
+def _pivot(
+    cells: pd.DataFrame, rows: list[str], label: dict[str, str], order: list[str], every_column: bool
+) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows by `rows`, one column per mode heading (the docs' order, each mode's variants after it);
+    the footnotes and the legend line."""
+    unit = table_unit(cells)
+    texts, notes = _footnoted(cells, cell_texts(cells, unit))
+    cells = cells.assign(column=cells["mode"].map(lambda m: label.get(m, m)) + _qualifiers(cells, rows), text=texts)
+    matrix = cells.pivot_table(index=rows, columns="column", values="text", aggfunc="last", observed=True)
+    base = [label.get(m, m) for m in order]
+
+    def rank(column: str) -> tuple:
+        at = next((i for i, b in enumerate(base) if column == b or column.startswith(b + " (")), len(base))
+        return at, at == len(base) or column != base[at], column
+
+    columns = set(matrix.columns) | (set(base) if every_column else set())
+    matrix = matrix.reindex(columns=sorted(columns, key=rank)).astype(object).fillna(NOT_RUN)
+    matrix.columns.name = None
+    frame = matrix.reset_index().rename(columns=HEADINGS)
+    return frame, notes, legend(cells, unit, [str(t) for row in frame.itertuples(index=False) for t in row])
+
+
+HEADINGS = {"hardware": "Hardware", "tokens": "Tokens", "precision": "Precision"}
+
+
+def synthetic_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows hardware (x tokens x precision when the sweep has several), columns the docs' mode names."""
+    cells = cells.assign(precision=precision(cells))
+    rows = ["hardware", *(axis for axis in ("tokens", "precision") if cells[axis].nunique(dropna=True) > 1)]
+    return _pivot(cells, rows, SYNTHETIC_COLUMNS, list(SYNTHETIC_COLUMNS), every_column=True)
+
+
+def family_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str], str]:
+    """Rows precision (docs order), columns modes (docs order)."""
+    return _pivot(cells.assign(precision=precision(cells)), ["precision"], {}, list(MODES), every_column=False)
+
+
+def resolution(height, width, frames) -> str:
+    if pd.isna(height) or pd.isna(width):
+        return ""
+    text = f"{int(height)}x{int(width)}"
+    return text + (f", {int(frames)} frames" if not pd.isna(frames) else "")
+
+
+def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
+    matrices = []
+    for (family, sweep), group in cells.groupby(["family", "run_name"], sort=True):
+        if family == "synthetic":
+            frame, notes, line = synthetic_matrix(group)
+            title = f"{family}: {sweep}"
+            matrices.append(Matrix(f"{family}/{sweep}", family, sweep, title, frame, _sources(group), notes, line))
+            continue
+        group = group.assign(
+            resolution=[resolution(h, w, f) for h, w, f in zip(group["height"], group["width"], group["frames"])]
+        )
+        for (hardware, preset), part in group.groupby(["hardware", "preset"], sort=True):
+            shapes = part.groupby("resolution", sort=True)
+            for shape, piece in shapes:
+                table_id = f"{family}/{sweep}/{slug(hardware)}/{preset}" + (
+                    f"/{slug(shape)}" if len(shapes) > 1 else ""
+                )
+                title = f"{family}: {sweep}, {preset}{f' ({shape})' if shape else ''} on {hardware}"
+                frame, notes, line = family_matrix(piece)
+                matrices.append(Matrix(table_id, family, sweep, title, frame, _sources(piece), notes, line))
+    return matrices

@@ -1,0 +1,199 @@
+"""The Hydra app behind `ckpt-sweep run`: one job per cell; each job runs (or skips) its cell in
+an isolated child and records the result. Validation and progress live in their own modules
+(sweep/run/preflight.py, sweep/run/progress.py), the callback Hydra calls around the jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ckptlib.units import GIB
+from sweep.config import structured as configs
+from sweep.config.builders import describe_shape, import_builder
+from sweep.config.cell import Cell, cell_from_config
+from sweep.config.structured import Rerun
+from sweep.machine import environment
+from sweep.store import database as store
+from sweep.store.results import CellResult
+from sweep.vocabulary import RETRYABLE, Provenance, Status
+
+from . import cpu_guard, progress
+from .isolation import preload_note, run_isolated
+from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
+
+
+def config_dir() -> str:
+    """The Hydra configs: inside the package in a wheel (sweep/conf), else conf/ at the top of the checkout."""
+    import sweep
+
+    shipped = Path(sweep.__file__).resolve().parent / "conf"
+    return str(shipped if shipped.is_dir() else Path(sweep.__file__).resolve().parent.parent / "conf")
+
+
+CONFIG_PATH = config_dir()
+
+
+configs.register()
+
+
+@dataclass
+class RunState:
+    """One (database, run name, hardware) this process writes to."""
+
+    engine: object
+    run_id: int
+    device: str
+    hardware: str
+    done: dict[str, tuple[str, int | None, int | None]]  # cell key -> (status, steps, warmup) recorded
+
+
+_runs: dict[tuple[str, str, str], RunState] = {}  # of the sweep running in this process
+
+
+def start_sweep() -> None:
+    """Forget the runs an earlier sweep of this process wrote to (a long-lived process, such as a
+    test worker or `plan --verify`, runs several): each sweep reads what is recorded afresh."""
+    for state in _runs.values():
+        state.engine.dispose()
+    _runs.clear()
+
+
+def run_state(cfg: DictConfig) -> RunState:
+    device = f"predicted:{cfg.predict_device}" if cfg.predict else environment.resolve_device(cfg.device)
+    key = (cfg.db.url, str(cfg.run.name), device)
+    if key not in _runs:
+        engine = store.open_store(cfg.db.url)
+        if cfg.predict:
+            env = environment.capture_prediction(cfg.predict_device, configured_card_bytes(cfg))
+            provenance, device_label = Provenance.PREDICTED, cfg.predict_device
+        else:
+            env, provenance, device_label = environment.capture(device), Provenance.MEASURED, device
+        sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        run_id = store.get_or_create_run(
+            engine,
+            str(cfg.run.name),
+            env["hardware"],
+            provenance=provenance,
+            device=device_label,
+            environment=env,
+            config=sweep_config,
+        )
+        _runs[key] = RunState(engine, run_id, device, env["hardware"], store.completed_cells(engine, run_id))
+    return _runs[key]
+
+
+def configured_card_bytes(cfg: DictConfig) -> int | None:
+    return None if cfg.card_gib is None else round(float(cfg.card_gib) * GIB)
+
+
+def cell_task(cfg: DictConfig, cell: Cell, device: str) -> tuple:
+    """What the isolated child runs for this cell: a prediction, or a measurement (skipping cells
+    predicted not to fit the card with skip_predicted_oom, and on a CPU those predicted not to fit
+    the host's free memory)."""
+    if cfg.predict:
+        return predict_cell, (cell.as_dict(), PredictSettings(cfg.predict_device, configured_card_bytes(cfg)))
+    host_budget = cpu_guard.host_budget_bytes() if device == "cpu" and not cfg.run.allow_large_cpu else None
+    settings = MeasureSettings(
+        device,
+        cfg.measure.warmup_steps,
+        cfg.measure.steps,
+        cfg.skip_predicted_oom,
+        configured_card_bytes(cfg),
+        host_budget,
+        cfg.measure.numerics,
+        cfg.measure.profile_steps if cfg.measure.profile else 0,
+        str(store.trace_folder(str(cfg.db.url))),
+    )
+    return measure_cell, (cell.as_dict(), settings)
+
+
+def own_timeout(timeout_s: float) -> tuple[float, str | None]:
+    return timeout_s, None
+
+
+# A cell's time limit: (seconds, why it was cut or None) from its own timeout. A launcher whose
+# process has a deadline of its own sets this (sweep/launchers/slurm.py: what the job has left).
+time_limit: Callable[[float], tuple[float, str | None]] = own_timeout
+
+
+def should_run(previous: str | None, rerun: str) -> bool:
+    return previous is None or rerun == Rerun.all.name or (rerun == Rerun.failed.name and previous in RETRYABLE)
+
+
+def settings_note(recorded: tuple[str, int | None, int | None], cfg: DictConfig) -> str | None:
+    """Why a skipped cell's figures may not be what this sweep asks for."""
+    status, steps, warmup = recorded
+    if status != Status.OK or steps is None or (steps, warmup) == (cfg.measure.steps, cfg.measure.warmup_steps):
+        return None
+    return (
+        f"recorded with steps={steps}, warmup_steps={warmup} (this sweep asks for steps={cfg.measure.steps}, "
+        f"warmup_steps={cfg.measure.warmup_steps}): run.rerun=all measures them again, keeping the earlier attempt"
+    )
+
+
+def execute(cfg: DictConfig) -> dict:
+    """Run (or skip) one cell and record it. Never raises for an outcome of the cell itself."""
+    cell = cell_from_config(cfg)
+    state = run_state(cfg)
+    previous = state.done.get(cell.key)
+    summary = cell_summary(cell)
+    if not should_run(previous and previous[0], cfg.run.rerun.name):
+        note = None if cfg.predict else settings_note(previous, cfg)
+        return {**summary, "status": previous[0], "skipped": True, "note": note}
+    try:
+        cell.checkpoint_config()
+    except ValueError as error:
+        result = CellResult(Status.INVALID, str(error))
+    else:
+        task, args = cell_task(cfg, cell, state.device)
+        timeout_s, limited_by = time_limit(cfg.measure.timeout_s)
+        result = run_isolated(task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
+        if result.status == Status.TIMEOUT and limited_by:
+            result.reason = f"{limited_by}: {result.reason}"
+    return record(cell, state, result)
+
+
+def cell_summary(cell: Cell) -> dict:
+    """How the progress display names a cell, run or skipped."""
+    return {"cell": cell.describe(), "key": cell.key, "mode": cell.mode, "preset": cell.preset}
+
+
+def record(cell: Cell, state: RunState, result: CellResult) -> dict:
+    """Write one cell's result into its run; the summary the progress display shows."""
+    shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
+    store.record_cell(
+        state.engine,
+        state.run_id,
+        cell.as_dict(),
+        cell.key,
+        result,
+        worker=environment.worker_identity(state.device),
+        shape=shape,
+        versions=environment.code_versions(),
+    )
+    state.done[cell.key] = (result.status, result.steps, result.warmup_steps)
+    return {
+        **cell_summary(cell),
+        "skipped": False,
+        "status": str(result.status),
+        "reason": result.reason,
+        "sec_per_step": result.sec_per_step,
+        "peak_bytes": result.peak_bytes,
+        "wall_s": result.timings.get("wall_s"),
+        "note": preload_note(),
+    }
+
+
+def record_crash(cfg: DictConfig, reason: str) -> dict:
+    """A cell whose process died under it before it could record anything (a Ray worker killed),
+    recorded `crashed` by another process of the same kind."""
+    return record(cell_from_config(cfg), run_state(cfg), CellResult(Status.CRASHED, reason))
+
+
+@hydra.main(config_path=CONFIG_PATH, config_name="config", version_base=None)
+def hydra_app(cfg: DictConfig) -> dict:
+    return execute(cfg)

@@ -1,0 +1,173 @@
+"""Run one cell in a fresh child process and map how the child ended to a status.
+
+Children come from a fork server that has torch, ckptlib, peft and the builder's module imported
+already, so a cell pays a fork, not an interpreter start. The fork server never initialises
+CUDA (NOTE [ CUDA and the fork server ] in sweep/run/cuda_guard.py); each child sets its own
+CUDA_VISIBLE_DEVICES and device order before anything can start CUDA. The parent blocks in `wait`
+on the result pipe and the child's sentinel (no polling) and never raises for an outcome of the cell.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import wait
+
+from sweep.store.results import CellResult
+from sweep.vocabulary import Status
+
+from . import quiet
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exits
+# The fork server imports sweep.run.forkserver only; it imports these, with CUDA guarded (NOTE [ The
+# fork server owns its preload ] in sweep/run/forkserver.py).
+PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.run.isolation", "sweep.run.scenarios"]
+PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
+# What a builder's module needs preloaded besides itself: every diffusers class for the families
+# (5 s of imports a child would otherwise pay per cell).
+PRELOAD_FOR = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
+_context = None
+preload_failures: dict[str, str] = {}  # what the fork server could not preload (module -> why), once known
+
+
+def preload_modules(builder_module: str) -> list[str]:
+    return [*PRELOAD, builder_module, *PRELOAD_FOR.get(builder_module, [])]
+
+
+def fork_server(builder_module: str):
+    """The fork server, started on first use with what the first cell's builder needs preloaded."""
+    global _context
+    if _context is None:
+        _context = mp.get_context("forkserver")
+        os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module))
+        _context.set_forkserver_preload(["sweep.run.forkserver"])
+    return _context
+
+
+def stop_fork_server() -> None:
+    """End the fork server now (an interrupted sweep must not leave it behind)."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+
+
+def run_isolated(task, args: tuple, timeout_s: float, builder_module: str, on_phase=None) -> CellResult:
+    """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended.
+    With `on_phase`, the task also gets `progress=` and the parent hears each phase it reports."""
+    ctx = fork_server(builder_module)
+    receiver, sender = ctx.Pipe(duplex=False)
+    # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
+    # may since have assigned this process another GPU.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    log = os.environ.get(quiet.LOG_ENV)  # this sweep's log: the fork server may have started for an earlier one
+    child = ctx.Process(target=child_main, args=(sender, task, args, visible, log, on_phase is not None), daemon=True)
+    started = time.perf_counter()
+    child.start()
+    sender.close()
+    try:
+        result = _await(child, receiver, timeout_s, on_phase)
+    finally:  # an interrupt lands here too: the child never outlives its parent
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receiver.close()
+    result.timings["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def _await(child, receiver, timeout_s: float, on_phase) -> CellResult:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = wait([receiver, child.sentinel], timeout=max(0.0, deadline - time.monotonic()))
+        message = None
+        if receiver in ready or receiver.poll():
+            try:
+                message = receiver.recv()
+            except EOFError:
+                message = None
+        if isinstance(message, tuple) and message[:1] == ("phase",):
+            on_phase(message[1])
+            continue
+        if isinstance(message, tuple) and message[:1] == ("preload",):
+            preload_failures.update(message[1])
+            continue
+        if message is not None:
+            result = message
+        elif not ready:
+            child.kill()
+            result = CellResult(Status.TIMEOUT, f"no result within {timeout_s:g} s; child killed")
+        else:
+            child.join(timeout=5)
+            result = CellResult(Status.CRASHED, exit_reason(child.exitcode))
+        child.join(timeout=10)
+        return result
+
+
+def exit_reason(code: int | None) -> str:
+    if code is None:
+        return "child did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (likely the host OOM killer)" if -code == signal.SIGKILL else ""
+        return f"child died by {name}{hint} before reporting"
+    return f"child exited with code {code} before reporting"
+
+
+def die_with_parent() -> None:
+    """Linux: this process is killed when its parent exits. The fork server sets it (its parent is
+    the sweep's process, a Ray worker or a SLURM task) and so does each cell (its parent is the fork
+    server): when the process that runs cells is killed outright, no cell goes on holding a GPU."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def preload_note() -> str | None:
+    """One line on what the fork server could not preload (None when it preloaded everything)."""
+    if not preload_failures:
+        return None
+    failed = "; ".join(f"{module} ({why})" for module, why in sorted(preload_failures.items()))
+    return f"imported in the cell's own process, which the fork server could not preload: {failed}"
+
+
+def child_main(
+    conn, task, args: tuple, visible_devices: str | None, log: str | None = None, reports_phases: bool = False
+) -> None:
+    from . import cuda_guard
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent()
+    cuda_guard.lift()
+    # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
+    if visible_devices is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NOTE [ Device order ] in sweep/machine/gpus.py
+    if log is not None:
+        quiet.log_to(log)
+    gc.freeze()  # the preloaded heap is the fork server's: collections skip it (0.2 s each otherwise)
+    started = time.perf_counter()
+    try:
+        cuda_guard.check_untouched()
+        failed = getattr(
+            sys.modules.get("sweep.run.forkserver"), "FAILED", {}
+        )  # NOTE [ The fork server owns its preload ]
+        if failed:
+            conn.send(("preload", failed))
+        result = task(*args, progress=lambda phase: conn.send(("phase", phase))) if reports_phases else task(*args)
+    except Exception as error:  # noqa: BLE001 - a harness error still reaches the database as a status
+        from .classify import failure
+
+        result = failure(error)
+    result.timings["child_s"] = time.perf_counter() - started
+    conn.send(result)
+    conn.close()

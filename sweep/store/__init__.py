@@ -1,0 +1,1 @@
+"""The results database: its tables, versioned upgrades, every write, and reads as frames."""

@@ -1,0 +1,71 @@
+"""A cell's fields are declared once (sweep/config/cell.py): the typed sweep config agrees with them,
+and every cell key recorded in the shipped database is what its config gives today (existing
+databases resume)."""
+
+import json
+import sqlite3
+from dataclasses import MISSING, fields, is_dataclass
+from typing import get_type_hints
+
+import pytest
+
+from sweep.config.cell import FIELDS, LATER_FIELDS, Cell, cell_from_config, default
+from sweep.config.structured import SweepConfig
+from tests.sweep_helpers import ROOT
+
+
+def schema_default(path: str):
+    """The typed config's default at a dotted key: through the group's own config class (mode,
+    quantization) where the sweep config leaves the group to be chosen."""
+    schema = SweepConfig
+    for part in path.split("."):
+        declared = {f.name: f for f in fields(schema)}[part]
+        hint = get_type_hints(schema)[part]
+        if is_dataclass(hint):
+            schema = hint
+            continue
+        value = declared.default_factory() if declared.default_factory is not MISSING else declared.default
+        return getattr(value, "name", value)
+
+
+@pytest.mark.parametrize("name", list(FIELDS))
+def test_the_typed_config_holds_every_cell_field_with_its_default(name):
+    path = FIELDS[name].metadata["config"]
+    if default(name) is MISSING:  # given by the family, the mode or the preset's resolver
+        assert path.split(".")[0] in {f.name for f in fields(SweepConfig)}
+    else:
+        assert schema_default(path) == default(name)
+
+
+def test_a_cell_read_from_a_composed_config_has_every_field(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from sweep.config.structured import register
+    from sweep.run.app import CONFIG_PATH
+
+    register()
+    with initialize_config_dir(config_dir=CONFIG_PATH, version_base=None):
+        cfg = compose("config", overrides=["sweep=none", "mode=seg2-stride4", "+shape.tokens=512", "compile=regional"])
+    cell = cell_from_config(cfg)
+    assert (cell.backend, cell.interval, cell.stride, cell.compile, cell.shape) == (
+        "torch",
+        2,
+        4,
+        "regional",
+        {"tokens": 512},
+    )
+    assert cell.as_dict().keys() == FIELDS.keys()
+
+
+def test_every_recorded_cell_key_is_what_its_config_gives_today():
+    """Fields added later are left out of the key at their default: the shipped database's cells,
+    recorded over several rounds, all keep their keys."""
+    with sqlite3.connect(ROOT / "results.db") as db:
+        rows = db.execute(
+            "select c.cell_key, c.config from cells c join runs r on r.id = c.run_id where r.provenance != 'published'"
+        ).fetchall()
+    assert len(rows) > 500
+    for key, config in rows:
+        values = {k: tuple(v) if k == "blocks" and isinstance(v, list) else v for k, v in json.loads(config).items()}
+        assert Cell(**values).key == key, values
+    assert set(LATER_FIELDS) == {"blocks", "dtype", "attention", "compile", "offload_stash_depth"}

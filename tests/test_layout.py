@@ -1,0 +1,126 @@
+"""The tree shows the pipeline: config -> cells -> worker -> database -> reports. Every import of
+sweep/ (function-local ones too) points down the stages, no module imports itself round a cycle,
+and ckptlib knows nothing of the harness."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# What each stage of sweep/ may import besides itself (and ckptlib, and the package root).
+ALLOWED = {
+    "vocabulary": set(),
+    "machine": {"vocabulary"},
+    "config": {"vocabulary", "machine"},
+    "store": {"vocabulary", "machine", "config"},
+    "run": {"vocabulary", "machine", "config", "store"},
+    "launchers": {"vocabulary", "machine", "config", "store", "run"},
+    "report": {"vocabulary", "machine", "config", "store"},
+    "plan": {"vocabulary", "machine", "config", "store", "report"},
+    "acceptance": {"vocabulary", "machine", "config", "store", "run", "report"},
+}
+ENTRY_POINTS = {"cli"}  # the command line composes every stage
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def exists(module: str) -> bool:
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").exists() or path.is_dir()
+
+
+def imported(path: Path) -> set[str]:
+    """Every module `path` imports, anywhere in it, by dotted name."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            for alias in node.names:  # `from package import module` imports the module
+                found.add(f"{base}.{alias.name}" if exists(f"{base}.{alias.name}") else base)
+    return found
+
+
+def stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "sweep" and len(parts) > 1 else None
+
+
+def sweep_modules() -> dict[str, set[str]]:
+    return {module_name(p): imported(p) for p in sorted((ROOT / "sweep").rglob("*.py"))}
+
+
+def upward_imports() -> list[str]:
+    wrong = []
+    for module, targets in sweep_modules().items():
+        own = stage(module)
+        if own in ENTRY_POINTS or own is None:
+            continue
+        for target in targets:
+            other = stage(target)
+            if other is not None and other != own and other not in ALLOWED[own]:
+                wrong.append(f"{module} -> {target} ({own} may not import {other})")
+    return wrong
+
+
+def cycles() -> list[str]:
+    graph = {m: {t for t in targets if t.startswith("sweep.")} for m, targets in sweep_modules().items()}
+    state, found = {}, []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                found.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+    # a package's __init__ importing its own modules is how a package is made, not a cycle
+    return [c for c in found if not c.split(" -> ")[0] == c.split(" -> ")[-2].rpartition(".")[0]]
+
+
+def test_every_import_of_sweep_points_down_the_stages():
+    assert upward_imports() == []
+    assert set(ALLOWED) | ENTRY_POINTS == {stage(m) for m in sweep_modules() if stage(m)}  # every stage is ruled
+
+
+def test_no_module_of_sweep_imports_itself_round_a_cycle():
+    assert cycles() == []
+
+
+@pytest.mark.parametrize("harness", ["sweep", "hydra", "omegaconf", "sqlalchemy", "pandas"])
+def test_ckptlib_knows_nothing_of_the_harness(harness):
+    users = [
+        module_name(p)
+        for p in sorted((ROOT / "ckptlib").rglob("*.py"))
+        if any(t == harness or t.startswith(harness + ".") for t in imported(p))
+    ]
+    assert users == []
+
+
+def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
+    """The walker itself: a function-local import of a higher stage and a two-module cycle."""
+    for folder in ("sweep/store", "sweep/report"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "sweep/__init__.py").write_text("")
+    (tmp_path / "sweep/store/query.py").write_text("def f():\n    from sweep.report import text\n")
+    (tmp_path / "sweep/report/text.py").write_text("from sweep.store import query\n")
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    graph = sweep_modules()
+    assert graph["sweep.store.query"] == {"sweep.report.text"}
+    assert upward_imports() == ["sweep.store.query -> sweep.report.text (store may not import report)"]
+    assert cycles() == ["sweep.report.text -> sweep.store.query -> sweep.report.text"]
