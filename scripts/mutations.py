@@ -36,77 +36,77 @@ MUTATIONS = [
         "sweep/store/results.py",
         "measured = np.array([seconds for seconds, warmup in samples if not warmup])",
         "measured = np.array([seconds for seconds, warmup in samples])",
-        ("tests/test_measure.py",),
+        ("tests/sweep/test_measure.py",),
     ),
     Mutation(
         "sec/step the mean, not the median",
         "sweep/store/results.py",
         '"sec_per_step": float(median),',
         '"sec_per_step": float(measured.mean()),',
-        ("tests/test_measure.py",),
+        ("tests/sweep/test_measure.py",),
     ),
     Mutation(
         "unpack returns the pool buffer's view",
         "ckptlib/offload.py",
         "            parked.reloaded = self._copy_in(parked)\n",
         "            view = parked.host_view()\n            self._copy_in(parked)\n            parked.reloaded = view\n",
-        ("tests/test_offload.py",),
+        ("tests/ckptlib/test_offload.py",),
     ),
     Mutation(
         "deduplication skipped",
         "ckptlib/offload.py",
         "if hit is not None and hit[0]() is not None and hit[1].users > 0 and hit[1].reloaded is None:",
         "if False:",
-        ("tests/test_offload.py",),
+        ("tests/ckptlib/test_offload.py",),
     ),
     Mutation(
         "stash depth ignored (the oldest copy never retired)",
         "ckptlib/offload.py",
         "        self._retire_in_flight(self.stash_depth - 1)\n",
         "",
-        ("tests/test_offload.py",),
+        ("tests/ckptlib/test_offload.py",),
     ),
     Mutation(
         "prefetched reload used before its event",
         "ckptlib/offload.py",
         "            streams.wait(streams.compute(), parked.arrived)\n",
         "",
-        ("tests/test_offload.py",),
+        ("tests/ckptlib/test_offload.py",),
     ),
     Mutation(
         "prefetch reads the host buffer before its copy finished",
         "ckptlib/offload.py",
         "                    streams.wait(stream, parked.copied)  # NOTE [ Offload ordering ] 4\n",
         "",
-        ("tests/test_offload.py",),
+        ("tests/ckptlib/test_offload.py",),
     ),
     Mutation(
         "abandoned steps never reclaimed",
         "ckptlib/offload.py",
         "        abandoned = [p for region in self._regions for p in region if p.buffer is not None]",
         "        abandoned = []",
-        ("tests/test_offload.py",),
+        ("tests/ckptlib/test_offload.py",),
     ),
     Mutation(
         "copy starts before the producing kernels (ordering 1)",
         "ckptlib/offload.py",
         "            streams.wait(copy, streams.record(streams.compute()))  # NOTE [ Offload ordering ] 1\n",
         "",
-        ("tests/test_offload_ordering.py",),
+        ("tests/ckptlib/test_offload_ordering.py",),
     ),
     Mutation(
         "source released before its copy (ordering 2)",
         "ckptlib/offload.py",
         "            streams.wait(streams.compute(), parked.copied)  # NOTE [ Offload ordering ] 2\n",
         "",
-        ("tests/test_offload_ordering.py",),
+        ("tests/ckptlib/test_offload_ordering.py",),
     ),
     Mutation(
         "the host limit ignored",
         "ckptlib/pool.py",
         "        if self.limit_bytes is not None and self.stats.held_bytes + self._one_off_bytes + nbytes > self.limit_bytes:",
         "        if False:",
-        ("tests/test_pool.py", "tests/test_offload.py"),
+        ("tests/ckptlib/test_pool.py", "tests/ckptlib/test_offload.py"),
     ),
     Mutation(
         "row labels assumed to lead the table",
@@ -116,7 +116,7 @@ MUTATIONS = [
         '            labels = [role for role in roles.values() if not role.startswith("mode:")]\n'
         "            for position, role in enumerate(labels):\n                if True:\n"
         "                    row[role] = cells[position]",
-        ("tests/test_reports.py",),
+        ("tests/sweep/test_reports.py",),
     ),
     Mutation(
         "a cell's row and samples in two transactions",
@@ -125,14 +125,14 @@ MUTATIONS = [
         "            row.run_id = run_id\n            samples, row.samples = row.samples, []\n"
         "            session.add(row)\n            session.commit()\n            session.begin()\n"
         "            row.samples = samples\n",
-        ("tests/test_store.py",),
+        ("tests/sweep/test_store.py",),
     ),
     Mutation(
         "resume reads every run's cells",
         "sweep/store/database.py",
         "        CellRow.run_id == run_id, CellRow.is_current.is_(True)",
         "        CellRow.is_current.is_(True)",
-        ("tests/test_store.py",),
+        ("tests/sweep/test_store.py",),
     ),
     Mutation(
         "a preset and its own params_b edited together",
@@ -143,7 +143,7 @@ MUTATIONS = [
         '"num_layers": 20,\n                    "num_attention_heads": 24,\n                    "caption_projection_dim": 1536,'
         '\n                    "pos_embed_max_size": 192,\n                },\n                FamilyShape(1024, 1024, '
         "text_tokens=333),\n                1.70,",
-        ("tests/test_families.py::test_real_presets_have_their_published_size",),
+        ("tests/ckptlib/test_families.py::test_real_presets_have_their_published_size",),
     ),
 ]
 

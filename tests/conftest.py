@@ -12,10 +12,21 @@ sys.path.insert(0, SUPPORT)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SUPPORT, os.environ.get("PYTHONPATH")) if p)
 
 
+LAYERS = ("ckptlib", "sweep", "scale")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test is marked with its layer, the folder it lives in."""
+    for item in items:
+        layer = Path(str(item.fspath)).parent.name
+        if layer in LAYERS:
+            item.add_marker(getattr(pytest.mark, layer))
+
+
 @pytest.fixture
 def postgres_url():
     """A fresh database on the test server, dropped afterwards (skips with the reason where there is no server)."""
-    from tests.postgres_helpers import create_database, drop_database, postgres_reason
+    from tests.support.postgres import create_database, drop_database, postgres_reason
 
     reason = postgres_reason()
     if reason:

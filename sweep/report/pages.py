@@ -10,12 +10,9 @@ from ckptlib.units import format_bytes
 from sweep.store.query import load_cells, select_runs
 from sweep.vocabulary import Provenance
 
-from .attention_tables import attention_tables
-from .compile_tables import compile_tables
 from .matrices import Matrix, build_matrices
-from .profile_tables import profile_tables
+from .studies import attention_tables, batch_tables, compile_tables, profile_tables
 from .text import StudyTable, slug, splice, wrap
-from .throughput import batch_tables
 
 
 def family_notes(family: str) -> list[str]:

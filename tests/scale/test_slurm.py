@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.postgres_helpers import create_database, drop_database, rows
-from tests.sweep_helpers import run_sweep, start_sweep
+from tests.support.postgres import create_database, drop_database, rows
+from tests.support.sweeps import run_sweep, start_sweep
 
 FAST_CELLS = ["sweep=none", "family=faulty", "measure.warmup_steps=0", "measure.steps=1"]
 

@@ -11,7 +11,7 @@ import torch
 
 from sweep.run import cuda_guard
 from sweep.run.isolation import exit_reason
-from tests.sweep_helpers import ROOT, SUPPORT
+from tests.support.sweeps import ROOT, SUPPORT
 
 PROBES = "tests.support.fork_server_probes"
 

@@ -11,7 +11,7 @@ import pytest
 
 from sweep.config.cell import FIELDS, LATER_FIELDS, Cell, cell_from_config, default
 from sweep.config.structured import SweepConfig
-from tests.sweep_helpers import ROOT
+from tests.support.sweeps import ROOT
 
 
 def schema_default(path: str):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What each stage of sweep/ may import besides itself (and ckptlib, and the package root).
 ALLOWED = {
     "vocabulary": set(),

@@ -9,7 +9,7 @@ from sqlalchemy.exc import OperationalError
 
 from sweep.config.cell import Cell
 from sweep.run.app import should_run
-from tests.sweep_helpers import FAST, query, run_sweep, session_processes, start_sweep
+from tests.support.sweeps import FAST, query, run_sweep, session_processes, start_sweep
 
 FAULTS = {
     "ok": "ok",

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.sweep_helpers import ROOT
+from tests.support.sweeps import ROOT
 
 
 def clean_source(tmp_path: Path) -> Path:

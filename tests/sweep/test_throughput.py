@@ -8,8 +8,7 @@ import pytest
 from ckptlib.families import describe_shape
 from sweep.cli import main
 from sweep.store.results import throughput
-
-from .sweep_helpers import FAST, query, run_sweep
+from tests.support.sweeps import FAST, query, run_sweep
 
 
 @pytest.mark.parametrize(

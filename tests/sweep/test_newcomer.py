@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 import sys
 
-from tests.sweep_helpers import ROOT
+from tests.support.sweeps import ROOT
 
 
 def ckpt_sweep(cwd, *args, timeout=600):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sweep.store.database import StoreError, filesystem_of, open_store
-from tests.postgres_helpers import create_database, drop_database, postgres_reason, rows
-from tests.sweep_helpers import query, run_sweep
+from tests.support.postgres import create_database, drop_database, postgres_reason, rows
+from tests.support.sweeps import query, run_sweep
 
 SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer", "+shape.tokens=16,24"]
 IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells order by cell_key"

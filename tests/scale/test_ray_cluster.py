@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres_helpers import rows
-from tests.sweep_helpers import ROOT, SUPPORT, run_sweep, start_sweep
+from tests.support.postgres import rows
+from tests.support.sweeps import ROOT, SUPPORT, run_sweep, start_sweep
 
 SCRIPT = ROOT / "scripts" / "ray.sh"
 CELLS = ["sweep=none", "family=faulty", "mode=none", "measure.warmup_steps=0"]

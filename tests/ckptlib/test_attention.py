@@ -10,8 +10,6 @@ from ckptlib import CheckpointConfig, UnsupportedModeError, synthetic
 from ckptlib.attention import backends_that_ran, gradient_pass, numerics
 from ckptlib.families import build as build_family
 
-from .sweep_helpers import FAST, query, run_sweep
-
 
 def flux(dtype=torch.float32):
     return build_family("flux1", "tiny", dtype=dtype)
@@ -51,44 +49,3 @@ def test_numerics_are_zero_for_the_reference_and_positive_where_arithmetic_diffe
 def test_dropout_draws_the_same_masks_in_both_steps():
     work = synthetic.build("tiny")  # dropout 0.1
     assert numerics(work, CheckpointConfig("torch"), "math", ckptlib.apply).grad_rel_error == 0
-
-
-def test_the_attention_axis_through_the_sweep_and_its_table(tmp_path):
-    from sweep.cli import main
-
-    db = tmp_path / "a.db"
-    done = run_sweep(
-        db, "sweep=none", "family=flux1", "preset=tiny", "mode=none,layer", "attention=math,flash,efficient",
-        "measure.numerics=true", *FAST,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = query(
-        db,
-        "select mode, json_extract(config, '$.attention'), status, attention_backend, grad_rel_error, reason "
-        "from cells",
-    )
-    by = {(mode, asked): rest for mode, asked, *rest in rows}
-    assert by[("none", "math")][:3] == ["ok", "math", 0.0]
-    assert by[("layer", "flash")][:2] == ["ok", "flash"] and 0 < by[("layer", "flash")][2] < 1e-4
-    status, ran, error, reason = by[("none", "efficient")]
-    assert status == "unsupported" and ran is None and reason.startswith("attention=efficient: no efficient")
-    out = tmp_path / "reports"
-    main(["report", "--db", f"sqlite:///{db}", "--out", str(out)])
-    page = (out / "flux1.md").read_text()
-    table = page[page.index("attention backends") :].split("\nRan:")[0]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[5:] if line.startswith("|")]
-    assert [r[:3] for r in rows] == [
-        ["none", "efficient", ""], ["none", "flash", "flash"], ["none", "math", "math"],
-        ["layer", "efficient", ""], ["layer", "flash", "flash"], ["layer", "math", "math"],
-    ]  # fmt: skip
-    assert rows[0][3] == "unsupported" and rows[0][6].startswith("attention=efficient")
-    assert rows[2][5] == "0" and float(rows[1][5]) > 0
-
-
-def test_a_bad_attention_value_is_refused_in_one_line(tmp_path):
-    done = run_sweep(tmp_path / "a.db", "sweep=none", "preset=tiny", "mode=none", "attention=fast", *FAST)
-    assert done.returncode != 0
-    assert done.stderr.strip() == (
-        "ckpt-sweep: attention=fast: unknown value 'fast'; valid: auto, math, flash, efficient, cudnn"
-    )
-    assert not (tmp_path / "a.db").exists()

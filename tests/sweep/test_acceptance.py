@@ -15,7 +15,7 @@ import time
 import pytest
 
 from sweep.acceptance import CHECKS, run_in_group
-from tests.sweep_helpers import ROOT, SUPPORT
+from tests.support.sweeps import ROOT, SUPPORT
 
 FAKE_CUDA = {
     "CKPT_SWEEP_FAKE_CUDA": "h100+kernels-on-cpu",

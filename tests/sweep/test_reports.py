@@ -15,7 +15,7 @@ from sweep.report.published import BUNDLED, import_file
 from sweep.report.text import TableError, parse_tables
 from sweep.store.database import open_store
 from sweep.store.query import load_cells, select_runs
-from tests.sweep_helpers import ROOT, query
+from tests.support.sweeps import ROOT, query
 
 PUBLISHED = BUNDLED / "unsloth-synthetic.md"
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from sweep.run.scenarios.profile import Interval, summarize
-
-from .sweep_helpers import FAST, SUPPORT, query, run_sweep
+from tests.support.sweeps import FAST, SUPPORT, query, run_sweep
 
 
 def test_a_device_summary_merges_overlaps_and_exposes_only_uncovered_copies():

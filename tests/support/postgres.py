@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def postgres_reason() -> str | None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-ROOT = Path(__file__).resolve().parent.parent
-SUPPORT = Path(__file__).resolve().parent / "support"
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent
 FAST = ["measure.warmup_steps=1", "measure.steps=2", "training=lora"]
 
 
@@ -46,7 +46,12 @@ def run_sweep(
     whenever the sweep needs an environment of its own)."""
     if own_process or extra_env:
         return subprocess.run(
-            sweep_args(db, *overrides), capture_output=True, text=True, env=sweep_env(extra_env), cwd=ROOT, timeout=timeout
+            sweep_args(db, *overrides),
+            capture_output=True,
+            text=True,
+            env=sweep_env(extra_env),
+            cwd=ROOT,
+            timeout=timeout,
         )
     return run_cli(["run", *sweep_args(db, *overrides)[4:]])
 

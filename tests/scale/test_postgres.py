@@ -1,0 +1,81 @@
+"""PostgreSQL, the results database of the cluster launchers: GiB-sized peaks in its 64-bit columns, a first-round database widened in place, a sweep that outlives a server restart (each skips, saying why, without a server)."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.support.postgres import ROOT, rows
+from tests.support.sweeps import start_sweep
+from tests.sweep.test_store import GIB, check_upgraded, first_round_database, round_trip
+
+
+@pytest.fixture
+def private_postgres():
+    """A PostgreSQL cluster of this test's own (port 5433), so that restarting it cuts no other
+    test's connection; removed afterwards. Skips where scripts/postgres.sh cannot start one."""
+    if os.environ.get("CKPT_SWEEP_POSTGRES_EXTERNAL"):
+        pytest.skip("the PostgreSQL server is not this machine's to restart")
+    env = {**os.environ, "CKPT_SWEEP_PG_CLUSTER": "restart-test", "CKPT_SWEEP_PG_PORT": "5433"}
+    script = str(ROOT / "scripts" / "postgres.sh")
+    started = subprocess.run([script, "start"], capture_output=True, text=True, env=env)
+    if started.returncode != 0:
+        pytest.skip(f"no private PostgreSQL cluster could be started: {started.stderr.strip()[-300:]}")
+    yield started.stdout.strip(), env
+    subprocess.run([script, "remove"], capture_output=True, env=env)
+
+
+def test_postgres_stores_80_gib_peaks(postgres_url):
+    round_trip(postgres_url)
+    assert rows(postgres_url, "select peak_bytes, host_offload_peak_bytes, weight_bytes from cells") == [
+        (80 * GIB, 40 * GIB, 24 * GIB)
+    ]
+
+
+def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):
+    first_round_database(postgres_url, "postgresql")
+    assert rows(
+        postgres_url,
+        "select data_type from information_schema.columns where table_name = 'cells' and column_name = 'peak_bytes'",
+    ) == [("integer",)]
+    check_upgraded(postgres_url)
+    assert rows(
+        postgres_url,
+        "select data_type from information_schema.columns where table_name = 'cells' and column_name = 'peak_bytes'",
+    ) == [("bigint",)]
+
+
+def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, private_postgres):
+    postgres_url, env = private_postgres
+    overrides = [
+        "sweep=none",
+        "family=faulty",
+        "preset=slow",
+        "+shape.tokens=8,12,16,20,24,28",
+        "measure.warmup_steps=1",
+        "measure.steps=2",
+        f"db.url={postgres_url}",
+    ]
+    process = start_sweep(tmp_path / "unused.db", *overrides)
+    deadline = time.time() + 240
+    while time.time() < deadline and _count(postgres_url) < 2:
+        time.sleep(0.2)
+    assert _count(postgres_url) >= 2, "the sweep recorded no cells"
+    restarted = subprocess.run(
+        [str(ROOT / "scripts" / "postgres.sh"), "restart"], capture_output=True, text=True, env=env
+    )
+    assert restarted.returncode == 0, restarted.stderr
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    assert rows(
+        postgres_url,
+        "select count(*), count(distinct cell_key), sum(case when status = 'ok' then 1 else 0 end) from cells",
+    ) == [(6, 6, 6)]
+
+
+def _count(url: str) -> int:
+    try:
+        return rows(url, "select count(*) from cells")[0][0]
+    except Exception:  # noqa: BLE001 - the tables may not exist yet, or the server is restarting
+        return 0
