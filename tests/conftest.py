@@ -15,6 +15,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SUPPORT, os.environ.get("
 LAYERS = ("ckptlib", "sweep", "scale")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fork_server_for_every_family():
+    """The sweeps a test worker runs in process share its fork server (started at the first cell):
+    it preloads what every family's cells need, as `ckpt-sweep run sweep=families` does, whichever
+    sweep comes first."""
+    from sweep.run import isolation
+
+    isolation.fork_server("ckptlib.families.builders")
+
+
 def pytest_collection_modifyitems(items):
     """Each test is marked with its layer, the folder it lives in."""
     for item in items:

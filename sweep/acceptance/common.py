@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -70,19 +69,26 @@ def verdict(name: str, problems: list[str], details: list[str], **extra) -> Chec
 
 
 def sweep_cli(out: Path, *overrides: str) -> int:
-    """`ckpt-sweep run` into the acceptance database; its output streams into this check's log
-    (this process's stdout). Returns its exit status."""
-    command = [
-        sys.executable,
-        "-m",
-        "sweep.cli",
+    """`ckpt-sweep run` into the acceptance database, in this check's process (its sweeps share one
+    fork server); the output goes to this check's log. Returns its exit status."""
+    from sweep import cli
+
+    argv = [
         "run",
         f"db.url=sqlite:///{out.resolve() / 'results.db'}",
         f"hydra.sweep.dir={out.resolve() / 'multirun'}",
         *overrides,
     ]
-    print("$", " ".join(command), flush=True)
-    return subprocess.run(command, stderr=subprocess.STDOUT).returncode
+    print("$ ckpt-sweep", " ".join(argv), flush=True)
+    saved = sys.argv
+    try:
+        cli.main(argv)
+    except SystemExit as exit:
+        return exit.code if isinstance(exit.code, int) else 1
+    finally:
+        sys.argv = saved
+        sys.stdout.flush()
+    return 0
 
 
 def exited(returncode: int) -> list[str]:

@@ -43,8 +43,10 @@ def run_sweep(
     db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None, own_process: bool = False
 ) -> subprocess.CompletedProcess:
     """`ckpt-sweep run` into `db`: in this process, or in a process of its own (`own_process`, or
-    whenever the sweep needs an environment of its own)."""
-    if own_process or extra_env:
+    whenever the sweep needs an environment of its own, or a launcher other than the local one:
+    Ray or submitit must not stay behind in a test worker)."""
+    elsewhere = any(o.startswith("launcher=") and o != "launcher=local" for o in overrides)
+    if own_process or extra_env or elsewhere:
         return subprocess.run(
             sweep_args(db, *overrides),
             capture_output=True,

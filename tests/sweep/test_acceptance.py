@@ -84,7 +84,7 @@ def test_both_invocations_run_whole_on_a_fake_cuda_host_and_resume(tmp_path):
     assert measured_runs(out) == MEASURED_CELLS
     with sqlite3.connect(out / "results.db") as db:
         assert {row[0] for row in db.execute("select hardware from runs")} == {"H100 80GB HBM3", "predicted: cuda"}
-    assert "sweep.cli run" in (out / "logs" / "harness.log").read_text()  # the sweep's own output, streamed
+    assert "$ ckpt-sweep run" in (out / "logs" / "harness.log").read_text()  # the sweep's own output, streamed
 
     studies = run_script(out, "--device", "cuda", "--scale", "tiny", "--part", "studies", env=FAKE_CUDA)
     assert studies.returncode == 1, studies.stdout + studies.stderr[-3000:]

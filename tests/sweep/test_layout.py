@@ -18,7 +18,7 @@ ALLOWED = {
     "launchers": {"vocabulary", "machine", "config", "store", "run"},
     "report": {"vocabulary", "machine", "config", "store"},
     "plan": {"vocabulary", "machine", "config", "store", "report"},
-    "acceptance": {"vocabulary", "machine", "config", "store", "run", "report"},
+    "acceptance": {"vocabulary", "machine", "config", "store", "run", "report", "cli"},  # runs sweeps as a user would
 }
 ENTRY_POINTS = {"cli"}  # the command line composes every stage
 
