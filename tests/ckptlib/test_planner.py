@@ -3,6 +3,7 @@ the recommendation fits and is written three ways, and measured it fits and is n
 fastest docs mode that fits."""
 
 import copy
+import functools
 import json
 import math
 
@@ -14,7 +15,7 @@ import ckptlib
 from ckptlib import MODES, CheckpointConfig, synthetic
 from ckptlib.extrapolate import ShallowPredictor
 from ckptlib.families import build as build_family
-from ckptlib.planner import Throughput, describe, fit_throughput, plan_schedules
+from ckptlib.planner import ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
 
 PATTERNS = ["none", "layer", "interval2", "seg2-stride4-offload", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
 CPU_MODEL = Throughput("test", 1e-9, 1e-9, overlaps_copies=False)
@@ -95,9 +96,15 @@ def replace_blocks(config: CheckpointConfig, blocks: int) -> CheckpointConfig:
     return replace(config, blocks=blocks) if config.checkpoints else config
 
 
-def test_every_cut_of_a_list_is_within_two_percent_of_its_full_prediction():
+@functools.cache
+def synthetic_search() -> tuple[ShallowPredictor, ScheduleSearch]:
+    """The synthetic cpu-256 search on the CPU model, made once for the tests that read it."""
     predictor = ShallowPredictor(BUILDS["synthetic"], "cpu", training="lora")
-    plan = plan_schedules(predictor, CPU_MODEL)
+    return predictor, plan_schedules(predictor, CPU_MODEL)
+
+
+def test_every_cut_of_a_list_is_within_two_percent_of_its_full_prediction():
+    predictor, plan = synthetic_search()
     patterns = {"torch", "torch interval 2, attention offload", "unsloth-ffn"}
     checked = 0
     for candidate in plan.candidates:
@@ -112,8 +119,7 @@ def test_every_cut_of_a_list_is_within_two_percent_of_its_full_prediction():
 
 
 def test_the_frontier_trades_memory_for_time_and_the_fit_is_the_fastest_that_fits():
-    predictor = ShallowPredictor(BUILDS["synthetic"], "cpu", training="lora")
-    plan = plan_schedules(predictor, CPU_MODEL)
+    _, plan = synthetic_search()
     front = plan.frontier()
     assert [c.peak_bytes for c in front] == sorted(c.peak_bytes for c in front)
     assert all(a.seconds > b.seconds for a, b in zip(front, front[1:]))
@@ -125,9 +131,8 @@ def test_the_frontier_trades_memory_for_time_and_the_fit_is_the_fastest_that_fit
 
 
 def test_a_fit_recovers_the_step_time_model_it_was_made_with():
-    predictor = ShallowPredictor(BUILDS["synthetic"], "cpu", training="lora")
     truth = Throughput("truth", 2e-10, 5e-10, fixed_seconds=0.01, overlaps_copies=False)
-    plan = plan_schedules(predictor, truth)
+    plan = synthetic_search()[1].retimed(truth)
     fitted = fit_throughput([(c.estimate, c.seconds) for c in plan.candidates[:40]], False, "fit")
     assert fitted.seconds_per_flop == pytest.approx(2e-10, rel=1e-6)
     assert fitted.fixed_seconds == pytest.approx(0.01, rel=1e-6)
@@ -188,8 +193,7 @@ def test_forked_workers_plan_what_one_process_plans_after_the_parent_ran_paralle
     done = subprocess.run([sys.executable, "-c", FORKED_PLAN], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     forked = json.loads(done.stdout.strip().splitlines()[-1])
-    plan = plan_schedules(ShallowPredictor(BUILDS["synthetic"], "cpu", training="lora"), CPU_MODEL)
-    assert forked == {repr(c.config): c.peak_bytes for c in plan.candidates}
+    assert forked == {repr(c.config): c.peak_bytes for c in synthetic_search()[1].candidates}
 
 
 def test_a_list_too_short_to_grow_from_its_shallow_base_is_predicted_as_it_is():

@@ -71,7 +71,7 @@ def test_a_quantized_base_is_predicted_as_it_measures(name, mode):
     """Predictions quantize the meta model with the scheme's own code: its int8 weights, and the
     dequantized copies its matmuls save for backward, are those of a measured step."""
     from ckptlib.predict import predict
-    from tests.test_predict import measured_peak
+    from tests.ckptlib.test_predict import measured_peak
 
     kwargs = {"preset": "cpu-256", "dtype": torch.bfloat16, "quantization": name}
     config = ckptlib.CheckpointConfig(mode)

@@ -25,7 +25,7 @@ FAKE_CUDA = {
 CORE_ON_FAKE_CUDA = {
     "fork_server": ("ok", "child started with CUDA initialised=False, bad fork=False; allocated on cuda: True"),
     "offload": ("failed", "unsloth: nothing was pinned"),  # pinned host memory is CUDA's allocator's
-    "harness": ("ok", "6 cells measured through ckpt-sweep run into results.db"),
+    "harness": ("ok", "3 cells measured through ckpt-sweep run into results.db"),
     "oom": ("failed", "statuses [(4194304, 'host-oom'), (1, 'ok')]"),  # CPU kernels exhaust the host, not the card
     "quantization": ("failed", "fp8-torchao none: unsupported (fp8-torchao needs a CUDA GPU; this cell runs on cpu)"),
     "families": ("failed", "flux1 none: RuntimeError: Cannot get CUDA generator without ATen_cuda library"),
@@ -35,7 +35,7 @@ CORE_ON_FAKE_CUDA = {
 STUDIES_ON_FAKE_CUDA = (
     "compile layer, compile regional: failed: InductorError: AssertionError: libcuda.so cannot found!"
 )
-MEASURED_CELLS = {"acceptance-harness": 6, "acceptance-oom": 2, "acceptance-quantization": 8}
+MEASURED_CELLS = {"acceptance-harness": 3, "acceptance-oom": 2, "acceptance-quantization": 8}
 STUDY_CELLS = {"acceptance-compile": 2, "acceptance-attention": 2, "acceptance-batch": 2}
 
 
@@ -107,7 +107,7 @@ def test_on_a_cpu_the_cuda_checks_are_skipped_and_the_host_runs_out(tmp_path):
         "oom": "ok",
         "environment": "skipped",
     }
-    assert found["environment"]["details"] == ["the hardware label and UUID checks need CUDA"]
+    assert found["environment"]["details"] == ["the hardware label and UUID checks need a CUDA device"]
     assert found["oom"]["details"][0].startswith("batch 4194304: host-oom")
     assert summary_rows(out)["harness"] == "not run yet"
 

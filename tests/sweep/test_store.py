@@ -140,7 +140,7 @@ def test_a_first_round_sqlite_database_upgrades_keeping_every_row(tmp_path):
 def test_an_early_first_round_database_upgrades_once_when_many_processes_start_at_once(tmp_path):
     """The earliest first-round files had no worker or weight columns either; four processes open it at
     once: one upgrades it, the others wait and find it upgraded."""
-    from tests.test_scale import open_at_once
+    from tests.scale.test_scale import open_at_once
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     first_round_database(url, "sqlite")
