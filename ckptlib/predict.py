@@ -87,6 +87,18 @@ DEVICE_MODELS = {
         foreach_optimizer=True,
         asynchronous_copies=True,
     ),
+    # Before Hopper (Ampere, Ada: A100, L40S, RTX 4090) torch's default cuBLAS workspace is
+    # ":4096:2:16:8", 8.125 MiB; the rest as on Hopper.
+    "cuda-pre-hopper": DeviceModel(
+        "cuda-pre-hopper",
+        torch.bfloat16,
+        512,
+        4096 * 2 * 1024 + 16 * 8 * 1024,
+        512 * MIB,
+        flash_attention=True,
+        foreach_optimizer=True,
+        asynchronous_copies=True,
+    ),
     # What the harness measures on CPU: fp32, exact storage bytes, the CPU kernels.
     "cpu": DeviceModel(
         "cpu", torch.float32, 1, 0, 0, flash_attention=False, foreach_optimizer=False, asynchronous_copies=False

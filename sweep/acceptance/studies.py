@@ -14,19 +14,19 @@ from .common import RUN, CheckResult, Target, cells, exited, one_line, sweep_cli
 # (study, overrides at the docs' scale, tiny, cells it measures at the docs' scale, tiny)
 STUDIES = {
     "compile": (
-        ["preset=packed-4096", "mode=none,layer", "compile=none,regional", "measure.steps=10"],
+        ["preset=docs-packed-4096", "mode=none,layer", "compile=none,regional", "measure.steps=10"],
         ["preset=tiny", "mode=layer", "compile=none,regional"],
         4,
         2,
     ),
     "attention": (
-        ["preset=packed-4096", "mode=none", "attention=auto,math,flash,efficient,cudnn", "measure.numerics=true"],
+        ["preset=docs-packed-4096", "mode=none", "attention=auto,math,flash,efficient,cudnn", "measure.numerics=true"],
         ["preset=tiny", "mode=none", "attention=auto,math", "measure.numerics=true"],
         5,
         2,
     ),
     "batch": (
-        ["preset=packed-1024", "mode=none", "+shape.batch=1,2,4,8"],
+        ["preset=docs-packed-1024", "mode=none", "+shape.batch=1,2,4,8"],
         ["preset=tiny", "mode=none", "+shape.batch=1,2"],
         4,
         2,

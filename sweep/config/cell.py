@@ -79,6 +79,8 @@ class Cell:
     offload_stash_depth: int = setting(
         DEFAULT_OFFLOAD_STASH_DEPTH, config="offload_stash_depth", label="{} copies in flight", group="run", since=3
     )
+    # reloads ahead of use on a side stream (the docs' early offloader reloaded each just in time)
+    offload_prefetch: bool = setting(True, config="offload_prefetch", label="prefetch {}", group="run", since=5)
 
     @property
     def key(self) -> str:
@@ -103,6 +105,7 @@ class Cell:
             offload_attention=self.offload_attention,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
             offload_stash_depth=self.offload_stash_depth,
+            offload_prefetch=self.offload_prefetch,
         )
 
     def describe(self) -> str:

@@ -107,6 +107,7 @@ class SweepConfig:
     compile: Compile = Compile[default("compile")]
     pin_memory_max_buckets: int = default("pin_memory_max_buckets")
     offload_stash_depth: int = default("offload_stash_depth")  # device-to-host copies in flight (CUDA)
+    offload_prefetch: bool = default("offload_prefetch")  # reload the next region while this one recomputes
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = default("seed")
     workers: int = 2  # launcher=pod without GPUs: cells run in parallel (with GPUs: one per cell)

@@ -26,6 +26,8 @@ CARDS_MIB = {
 }
 PLOTTED = ("RTX 4090", "L40S", "H100 80GB", "H200")  # the cards plots draw a line at
 DEFAULT_MARGIN = 0.10  # the share of a card advise and plan keep free
+# Host links, bytes per second one way, as offload copies reach them (pinned buffers).
+HOST_LINKS = {"pcie4": 25e9, "pcie5": 55e9, "nvlink-c2c": 450e9}
 
 
 def parse_size(text: str) -> int:

@@ -15,11 +15,11 @@ from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit
 from ckptlib.units import format_bytes
 from sweep.config.cell import Cell
 from sweep.config.structured import ModeConfig
+from sweep.machine.cards import HOST_LINKS
 from sweep.store.results import CellResult
 from sweep.vocabulary import Provenance, Status
 
 # One direction of the host link, in practice (bytes/s).
-HOST_LINKS = {"pcie4": 25e9, "pcie5": 55e9, "nvlink-c2c": 450e9}
 # Effective throughput without a calibration: dense bf16 matmuls at about 40% of an H100's peak;
 # a CPU core pair at what the suite's machines reach in fp32.
 ASSUMED_FLOPS = {"cuda": 400e12, "cpu": 50e9}

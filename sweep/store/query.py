@@ -150,7 +150,7 @@ def device_kind(device: str | None) -> str:
     """cuda / cpu from a run's device ('cuda:1', 'predicted:cuda'); published tables are GPU tables."""
     if not isinstance(device, str) or not device:  # published runs record no device (NaN in a frame)
         return "cuda"
-    return device.removeprefix("predicted:").split(":")[0]
+    return device.removeprefix("predicted:").split(":")[0].split("-")[0]  # cuda-pre-hopper: a cuda model
 
 
 def _predictions_for(engine: Engine, frame: pd.DataFrame) -> list[float | None]:

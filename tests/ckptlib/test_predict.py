@@ -101,7 +101,7 @@ def test_cuda_device_model_rounds_adds_workspace_and_never_materialises_scores()
 
 
 def test_unknown_device_model_is_rejected():
-    with pytest.raises(ValueError, match="unknown device model 'tpu'; known: cuda, cpu"):
+    with pytest.raises(ValueError, match="unknown device model 'tpu'; known: cuda, cuda-pre-hopper, cpu"):
         predict(synthetic.build, MODES["none"], "tpu", preset="tiny")
 
 

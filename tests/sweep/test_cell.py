@@ -68,4 +68,4 @@ def test_every_recorded_cell_key_is_what_its_config_gives_today():
     for key, config in rows:
         values = {k: tuple(v) if k == "blocks" and isinstance(v, list) else v for k, v in json.loads(config).items()}
         assert Cell(**values).key == key, values
-    assert set(LATER_FIELDS) == {"blocks", "dtype", "attention", "compile", "offload_stash_depth"}
+    assert set(LATER_FIELDS) == {"blocks", "dtype", "attention", "compile", "offload_stash_depth", "offload_prefetch"}

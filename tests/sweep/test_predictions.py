@@ -55,7 +55,7 @@ def test_bad_prediction_settings_are_refused_before_anything_runs(tmp_path):
     db = tmp_path / "bad.db"
     done = run_sweep(db, "sweep=none", "preset=tiny", "predict=true", "predict_device=tpu", "card_gib=-1")
     assert done.returncode != 0
-    assert "unknown predict_device 'tpu'; valid: cuda, cpu" in done.stderr
+    assert "unknown predict_device 'tpu'; valid: cuda, cuda-pre-hopper, cpu" in done.stderr
     assert "card_gib must be a positive number of GiB, got -1" in done.stderr
     done = run_sweep(db, "sweep=none", "preset=tiny", "device=cpu", "skip_predicted_oom=true")
     assert done.returncode != 0 and "skip_predicted_oom on a CPU needs a card size: set card_gib" in done.stderr

@@ -68,9 +68,9 @@ def test_diff_of_the_published_runs(engine):
     result = diff_runs(engine, "H100 80GB", "L40S")
     cells = result.cells.set_index(["preset", "mode"])
     assert len(cells) == 20
-    assert cells.loc[("packed-16384", "none"), "ratio"] == pytest.approx(1.8153 / 0.8781)
-    assert cells.loc[("large-3072", "unsloth"), "ratio"] == pytest.approx(0.6864 / 0.2722)
-    assert result.unit == "GiB" and cells.loc[("packed-1024", "layer"), "memory_diff"] == pytest.approx(
+    assert cells.loc[("docs-packed-16384", "none"), "ratio"] == pytest.approx(1.8153 / 0.8781)
+    assert cells.loc[("docs-large", "unsloth"), "ratio"] == pytest.approx(0.6864 / 0.2722)
+    assert result.unit == "GiB" and cells.loc[("docs-packed-1024", "layer"), "memory_diff"] == pytest.approx(
         3.60 - 3.64, abs=1e-9
     )
     published = cells_of(PUBLISHED.read_text(), "p")
@@ -79,7 +79,7 @@ def test_diff_of_the_published_runs(engine):
             continue
         other = published[(heading, "L40S", tokens, column)]
         ratio = float(other.split("s /")[0]) / float(text.split("s /")[0])
-        preset = f"packed-{tokens}" if tokens else "large-3072"
+        preset = f"docs-packed-{tokens}" if tokens else "docs-large"
         mode = {
             "No checkpoint": "none",
             "Torch FFN": "torch-ffn",
@@ -107,7 +107,7 @@ def test_status_transitions_come_first(engine, tmp_path):
     ]
     assert result.cells.index[: len(transitions)].tolist() == list(range(len(transitions)))
     text = markdown(result)
-    assert "- synthetic packed-16384 none none: fits on H100 80GB, OOM on L40S tight" in text
+    assert "- synthetic docs-packed-16384 none none: fits on H100 80GB, OOM on L40S tight" in text
 
 
 def test_measured_samples_are_judged_with_mann_whitney(tmp_path):
