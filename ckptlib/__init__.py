@@ -6,7 +6,7 @@ print(handle.report)
 handle.remove()
 """
 
-from .apply import CheckpointHandle, Report, apply, find_submodules
+from .apply import CheckpointHandle, Report, apply, find_submodules, spec_problems
 from .config import BACKENDS, Backend, CheckpointConfig
 from .memory import LiveTensorTracker
 from .modes import MODES
@@ -35,6 +35,7 @@ __all__ = [
     "Workload",
     "apply",
     "find_submodules",
+    "spec_problems",
     "plan_blocks",
     "plan_lists",
 ]

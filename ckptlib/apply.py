@@ -288,6 +288,12 @@ def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dic
     if config.offload_attention and not spec.attention:
         reason = spec.reasons.get("attention", "the model declares no attention submodules")
         raise UnsupportedModeError(f"{spec.name}: offload_attention unsupported: {reason}")
+    # NOTE [ A mode never does nothing silently ]: a name the mode relies on that matches no block
+    # would leave the mode a no-op recorded as if it ran; it is unsupported, naming what is there.
+    needed = {"feed_forward": config.ffn_only, "attention": config.offload_attention}
+    for kind, names in (("feed_forward", spec.feed_forward), ("attention", spec.attention)):
+        if needed[kind] and not any(find_submodules(b, names) for blocks in block_lists.values() for b in blocks):
+            raise UnsupportedModeError(f"{spec.name}: {unmatched(kind, names, block_lists)}")
     if (config.interval or 1) > 1 and not config.ffn_only:
         ungroupable = [p for p in block_lists if spec.convention(p) is None]
         if ungroupable:
@@ -295,6 +301,33 @@ def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dic
                 f"{spec.name}: interval {config.interval} needs grouped regions, and block list(s) "
                 f"{', '.join(ungroupable)} cannot be grouped"
             )
+
+
+def unmatched(kind: str, names: Sequence[str], block_lists: dict[str, nn.ModuleList]) -> str:
+    """One line: the spec's `kind` names match no submodule of any block, and what a block has."""
+    shown = {
+        path: ", ".join(name for name, _ in blocks[0].named_children())
+        for path, blocks in block_lists.items()
+        if len(blocks)
+    }
+    has = "; ".join(f"a block of {path!r} has {children}" for path, children in shown.items())
+    return f"{kind} {', '.join(map(repr, names))} matches no submodule of any block ({has})"
+
+
+def spec_problems(model: nn.Module, spec: BlockSpec) -> list[str]:
+    """Every name `spec` gives that names nothing in `model`, one line each (a builder's spec is
+    checked with these before any cell runs): a block list that is not there, attention or
+    feed-forward names that match no block of any list."""
+    problems, block_lists = [], {}
+    for path in spec.block_lists:
+        try:
+            block_lists[path] = _block_list(model, path, spec)
+        except UnsupportedModeError as error:
+            problems.append(str(error))
+    for kind, names in (("feed_forward", spec.feed_forward), ("attention", spec.attention)):
+        if block_lists and names and not any(find_submodules(b, names) for bs in block_lists.values() for b in bs):
+            problems.append(f"{spec.name}: {unmatched(kind, names, block_lists)}")
+    return problems
 
 
 def find_submodules(block: nn.Module, names: Sequence[str]) -> list[nn.Module]:

@@ -99,6 +99,7 @@ def make_trainable(
     if training == "lora":
         from peft import LoraConfig, inject_adapter_in_model
 
+        _check_targets(model, lora_targets)
         dtype = next(model.parameters()).dtype
         model = inject_adapter_in_model(
             LoraConfig(r=lora_rank, lora_alpha=lora_rank, target_modules=lora_targets), model
@@ -107,6 +108,19 @@ def make_trainable(
             if "lora_" in name:
                 param.data = param.data.to(dtype)
     return model
+
+
+def _check_targets(model: nn.Module, targets: list[str]) -> None:
+    """UnsupportedModeError naming the LoRA targets that match no module (PEFT matches a target as
+    a module name or its dotted end), and the model's Linear layers it could have named."""
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        linear = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        raise UnsupportedModeError(
+            f"LoRA target(s) {', '.join(map(repr, missing))} match no module of the model "
+            f"(its Linear layers are named {', '.join(linear[:12])}{', ...' if len(linear) > 12 else ''})"
+        )
 
 
 def adamw_for(model: nn.Module, foreach: bool | None = None) -> torch.optim.Optimizer | None:

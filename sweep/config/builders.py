@@ -10,8 +10,11 @@ writes a complete example.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -83,19 +86,50 @@ def signature_problems(target: str, builder) -> list[str]:
     ]
 
 
-def returned_type_problem(builder, preset: str, shape: dict) -> str | None:
-    """Build once on the meta device (nothing is allocated): a builder that returns something other
-    than a ckptlib.Workload is named before any cell runs. A builder that cannot build on meta is
-    not judged here (its first cell will say)."""
-    from ckptlib import Workload
+@functools.cache
+def fingerprint(
+    target: str, preset: str, shape_json: str, training: str, lora_rank: int, quantization: str
+) -> str | None:
+    """What a builder of one's own builds, as a short hash: its module's source on disk, and, built on
+    meta, every parameter's name, shape and dtype and the block spec. A cell recorded under another
+    fingerprint was measured on another model (sweep/run/app.py measures it again). None for the
+    project's own builders, whose code the recorded commit names."""
+    if target.startswith(("ckptlib.", "sweep.")):
+        return None
+    builder = import_builder(target)
+    module = sys.modules.get(builder.__module__)
+    source = Path(module.__file__).read_bytes() if module is not None and getattr(module, "__file__", None) else b""
+    digest = hashlib.sha256(source)
+    try:
+        work = builder(
+            preset=preset, training=training, device="meta", lora_rank=lora_rank, seed=0, dtype=None,
+            quantization=quantization, **json.loads(shape_json),
+        )  # fmt: skip
+        digest.update(repr([(n, tuple(p.shape), str(p.dtype)) for n, p in work.model.named_parameters()]).encode())
+        digest.update(repr(work.spec).encode())
+    except Exception:  # noqa: BLE001 - not buildable on meta: the source alone tells
+        pass
+    return digest.hexdigest()[:12]
+
+
+def built_problems(builder, preset: str, shape: dict) -> list[str]:
+    """Build once on the meta device (nothing is allocated), before any cell runs: a builder that
+    returns something other than a ckptlib.Workload, a spec whose block lists, attention or
+    feed-forward names name nothing in the model, LoRA targets that match no layer. A builder that
+    cannot build on meta for another reason is not judged here (its first cell will say)."""
+    from ckptlib import UnsupportedModeError, Workload, spec_problems
 
     try:
         work = builder(
             preset=preset, training="lora", device="meta", lora_rank=4, seed=0, dtype=None, quantization="none", **shape
         )
+    except UnsupportedModeError as error:  # a LoRA target that names nothing
+        return [str(error)]
     except Exception:  # noqa: BLE001 - not buildable on meta: nothing to conclude
-        return None
-    return None if isinstance(work, Workload) else wrong_type(work)
+        return []
+    if not isinstance(work, Workload):
+        return [wrong_type(work)]
+    return spec_problems(work.model, work.spec)
 
 
 def wrong_type(work) -> str:

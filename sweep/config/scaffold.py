@@ -121,6 +121,11 @@ def new_family(name: str, folder: Path) -> Path:
     """Write `<folder>/<name>.py`; ValueError when the name is no module name or the file exists."""
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"{name!r} is not a Python module name (letters, digits and _; e.g. my_model)")
+    from ckptlib.families import all_families
+
+    built_in = ["synthetic", *all_families()]
+    if name.replace("_", "-") in built_in or name in built_in:
+        raise ValueError(f"{name!r} is a built-in family's name; give your own model another (e.g. my_{name})")
     path = folder / f"{name}.py"
     if path.exists():
         raise ValueError(f"{path} exists already; not overwritten")

@@ -4,6 +4,7 @@ an isolated child and records the result. Validation and progress live in their 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ckptlib.units import GIB
 from sweep.config import structured as configs
-from sweep.config.builders import describe_shape, import_builder
+from sweep.config.builders import describe_shape, fingerprint, import_builder
 from sweep.config.cell import Cell, cell_from_config
 from sweep.config.structured import Rerun
 from sweep.machine import environment
@@ -48,7 +49,7 @@ class RunState:
     run_id: int
     device: str
     hardware: str
-    done: dict[str, tuple[str, int | None, int | None]]  # cell key -> (status, steps, warmup) recorded
+    done: dict[str, store.Recorded]  # cell key -> what is recorded of it
 
 
 _runs: dict[tuple[str, str, str], RunState] = {}  # of the sweep running in this process
@@ -124,10 +125,14 @@ def should_run(previous: str | None, rerun: str) -> bool:
     return previous is None or rerun == Rerun.all.name or (rerun == Rerun.failed.name and previous in RETRYABLE)
 
 
-def settings_note(recorded: tuple[str, int | None, int | None], cfg: DictConfig) -> str | None:
+def settings_note(recorded: store.Recorded, cfg: DictConfig) -> str | None:
     """Why a skipped cell's figures may not be what this sweep asks for."""
-    status, steps, warmup = recorded
-    if status != Status.OK or steps is None or (steps, warmup) == (cfg.measure.steps, cfg.measure.warmup_steps):
+    steps, warmup = recorded.steps, recorded.warmup_steps
+    if (
+        recorded.status != Status.OK
+        or steps is None
+        or (steps, warmup) == (cfg.measure.steps, cfg.measure.warmup_steps)
+    ):
         return None
     return (
         f"recorded with steps={steps}, warmup_steps={warmup} (this sweep asks for steps={cfg.measure.steps}, "
@@ -135,15 +140,30 @@ def settings_note(recorded: tuple[str, int | None, int | None], cfg: DictConfig)
     )
 
 
+# NOTE [ A cell knows the model it measured ]: a cell's key names its builder, preset and settings,
+# not what the builder builds; iterating on one's own model (new-family) changes that under the same
+# key. So each cell of a builder of one's own records a fingerprint of the model (its source,
+# parameters and spec), and a cell recorded under another is measured again as a new attempt.
+MODEL_CHANGED = "measured again: the model its builder builds changed since it was recorded (a new attempt)"
+
+
+def model_of(cell: Cell) -> str | None:
+    """The fingerprint of the model a cell's builder builds (config/builders.py: fingerprint)."""
+    shape = json.dumps(cell.shape, sort_keys=True)
+    return fingerprint(cell.builder, cell.preset, shape, cell.training, cell.lora_rank, cell.quantization)
+
+
 def execute(cfg: DictConfig) -> dict:
     """Run (or skip) one cell and record it. Never raises for an outcome of the cell itself."""
     cell = cell_from_config(cfg)
     state = run_state(cfg)
     previous = state.done.get(cell.key)
-    summary = cell_summary(cell)
-    if not should_run(previous and previous[0], cfg.run.rerun.name):
+    summary, model, changed = cell_summary(cell), model_of(cell), None
+    if previous is not None and model is not None and previous.model not in (None, model):
+        changed = MODEL_CHANGED  # NOTE [ A cell knows the model it measured ]
+    elif not should_run(previous and previous.status, cfg.run.rerun.name):
         note = None if cfg.predict else settings_note(previous, cfg)
-        return {**summary, "status": previous[0], "skipped": True, "note": note}
+        return {**summary, "status": previous.status, "skipped": True, "note": note}
     try:
         cell.checkpoint_config()
     except ValueError as error:
@@ -154,7 +174,8 @@ def execute(cfg: DictConfig) -> dict:
         result = run_isolated(task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
         if result.status == Status.TIMEOUT and limited_by:
             result.reason = f"{limited_by}: {result.reason}"
-    return record(cell, state, result)
+    recorded = record(cell, state, result, model)
+    return {**recorded, "note": changed or recorded["note"]}
 
 
 def cell_summary(cell: Cell) -> dict:
@@ -162,8 +183,9 @@ def cell_summary(cell: Cell) -> dict:
     return {"cell": cell.describe(), "key": cell.key, "mode": cell.mode, "preset": cell.preset}
 
 
-def record(cell: Cell, state: RunState, result: CellResult) -> dict:
-    """Write one cell's result into its run; the summary the progress display shows."""
+def record(cell: Cell, state: RunState, result: CellResult, model: str | None = None) -> dict:
+    """Write one cell's result into its run (with the fingerprint of the model it measured, for a
+    builder of one's own); the summary the progress display shows."""
     shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
     store.record_cell(
         state.engine,
@@ -173,9 +195,9 @@ def record(cell: Cell, state: RunState, result: CellResult) -> dict:
         result,
         worker=environment.worker_identity(state.device),
         shape=shape,
-        versions=environment.code_versions(),
+        versions={**environment.code_versions(), **({"model": model} if model else {})},
     )
-    state.done[cell.key] = (result.status, result.steps, result.warmup_steps)
+    state.done[cell.key] = store.Recorded(result.status, result.steps, result.warmup_steps, model)
     return {
         **cell_summary(cell),
         "skipped": False,

@@ -16,8 +16,8 @@ from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from sweep.config.builders import (
     BuilderError,
     builder_presets,
+    built_problems,
     import_builder,
-    returned_type_problem,
     signature_problems,
 )
 from sweep.machine import environment, gpus
@@ -131,8 +131,8 @@ def builder_problems(job: DictConfig) -> list[str]:
     if presets is not None and str(job.preset) not in presets:
         problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
     elif not problems and not target.startswith("ckptlib."):  # your own builder: does it return a Workload?
-        wrong = returned_type_problem(builder, str(job.preset), OmegaConf.to_container(job.shape))
-        problems += [f"family {job.family.name}: {wrong}"] if wrong else []
+        built = built_problems(builder, str(job.preset), OmegaConf.to_container(job.shape))
+        problems += [f"family {job.family.name}: {problem}" for problem in built]
     return problems
 
 

@@ -13,6 +13,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -265,13 +266,26 @@ def finish_run(engine: Engine, run_id: int) -> None:
     reconnecting(engine, write)
 
 
-def completed_cells(engine: Engine, run_id: int) -> dict[str, tuple[str, int | None, int | None]]:
-    """cell key -> (status, measured steps, warmup steps) of every cell's current attempt in the run."""
-    query = select(CellRow.cell_key, CellRow.status, CellRow.steps, CellRow.warmup_steps).where(
+@dataclass(frozen=True)
+class Recorded:
+    """What a run holds of a cell's current attempt: enough to decide whether to measure it again."""
+
+    status: str
+    steps: int | None = None
+    warmup_steps: int | None = None
+    model: str | None = None  # the fingerprint of the model it measured (a builder of one's own)
+
+
+def completed_cells(engine: Engine, run_id: int) -> dict[str, Recorded]:
+    """cell key -> what is recorded of every cell's current attempt in the run."""
+    query = select(CellRow.cell_key, CellRow.status, CellRow.steps, CellRow.warmup_steps, CellRow.versions).where(
         CellRow.run_id == run_id, CellRow.is_current.is_(True)
     )
     with Session(engine) as session:
-        return {key: (status, steps, warmup) for key, status, steps, warmup in session.execute(query)}
+        return {
+            key: Recorded(status, steps, warmup, (versions or {}).get("model"))
+            for key, status, steps, warmup, versions in session.execute(query)
+        }
 
 
 def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:

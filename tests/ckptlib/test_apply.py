@@ -1,4 +1,5 @@
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -223,6 +224,32 @@ def test_ungroupable_lists_refuse_intervals_but_allow_per_block():
 def test_missing_capabilities_raise_instead_of_running_another_mode(config, message):
     with pytest.raises(UnsupportedModeError, match=message):
         ckptlib.apply(TupleModel(), config, BlockSpec(block_lists=["blocks"], name="toy"))
+
+
+@pytest.mark.parametrize(
+    "config, kind",
+    [
+        (CheckpointConfig("torch-ffn"), "feed_forward 'mlp'"),
+        (CheckpointConfig("none", offload_attention=True), "attention 'self_attn'"),
+    ],
+)
+def test_a_mode_whose_names_match_no_block_is_unsupported_not_a_silent_no_op(config, kind):
+    """NOTE [ A mode never does nothing silently ]: a spec naming submodules no block has."""
+    work = synthetic.build("tiny", training="frozen")
+    spec = replace(work.spec, feed_forward=["mlp"], attention=["self_attn"])
+    with pytest.raises(
+        UnsupportedModeError,
+        match=rf"{kind} matches no submodule of any block \(a block of 'blocks' has norm1, attn, norm2, ff\)",
+    ):
+        ckptlib.apply(work.model, config, spec)
+    assert ckptlib.spec_problems(work.model, spec) == [
+        "synthetic: feed_forward 'mlp' matches no submodule of any block (a block of 'blocks' has norm1, attn, norm2, ff)",
+        "synthetic: attention 'self_attn' matches no submodule of any block (a block of 'blocks' has norm1, attn, norm2, ff)",
+    ]
+    assert ckptlib.spec_problems(work.model, replace(spec, block_lists=["layers"]))[0].startswith(
+        "synthetic: no block list 'layers'"
+    )
+    assert ckptlib.spec_problems(work.model, work.spec) == []
 
 
 def test_unknown_block_list_is_named():

@@ -38,6 +38,54 @@ def test_a_new_family_runs_from_its_own_folder(tmp_path):
     assert again.returncode != 0 and "exists already; not overwritten" in again.stderr
 
 
+def test_names_the_spec_and_lora_give_that_match_nothing_are_named_before_any_cell(tmp_path):
+    """The scaffold with its feed-forward renamed (SPEC still says `ff`): torch-ffn would measure the
+    same as none and be recorded ok; and LoRA targets that name no layer. Both refused, one line each."""
+    assert ckpt_sweep(tmp_path, "new-family", "my_model").returncode == 0
+    source = (tmp_path / "my_model.py").read_text()
+    renamed = source.replace("self.ff = ", "self.mlp = ").replace("self.ff(self.norm2(x))", "self.mlp(self.norm2(x))")
+    assert renamed != source
+    (tmp_path / "my_model.py").write_text(renamed)
+    done = ckpt_sweep(tmp_path, *RUN_MINE, "family._target_=my_model.build", "mode=none,torch-ffn")
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (
+        "family mine: my_model: feed_forward 'ff' matches no submodule of any block "
+        "(a block of 'blocks' has norm1, attn, norm2, mlp)"
+    ) in done.stderr
+    assert not (tmp_path / "results.db").exists()
+    (tmp_path / "my_model.py").write_text(source.replace('["attn.qkv", "attn.out"]', '["attn.to_qkv", "attn.out"]'))
+    done = ckpt_sweep(tmp_path, *RUN_MINE, "family._target_=my_model.build", "mode=none")
+    assert done.returncode != 0
+    assert "family mine: LoRA target(s) 'attn.to_qkv' match no module of the model (its Linear layers are named" in (
+        done.stderr
+    )
+
+
+def test_editing_your_model_measures_its_cells_again_and_says_so(tmp_path):
+    """NOTE [ A cell knows the model it measured ]: the same command after the model's width changed
+    measures the cell again as a new attempt; unchanged, it is skipped."""
+    assert ckpt_sweep(tmp_path, "new-family", "my_model").returncode == 0
+    run = [*RUN_MINE, "family._target_=my_model.build", "mode=none"]
+    assert ckpt_sweep(tmp_path, *run).returncode == 0
+    unchanged = ckpt_sweep(tmp_path, *run)
+    assert unchanged.returncode == 0 and '"skipped": true' in unchanged.stdout, unchanged.stdout
+    source = (tmp_path / "my_model.py").read_text()
+    assert '"small": Shape(width=128,' in source
+    (tmp_path / "my_model.py").write_text(source.replace('"small": Shape(width=128,', '"small": Shape(width=96,'))
+    edited = ckpt_sweep(tmp_path, *run)
+    assert edited.returncode == 0
+    assert "1 cell(s) measured again: the model its builder builds changed since it was recorded" in edited.stderr
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        attempts = db.execute("select attempt, is_current, json_extract(versions, '$.model') from cells").fetchall()
+    assert [a[:2] for a in attempts] == [(1, 0), (2, 1)] and attempts[0][2] != attempts[1][2]
+
+
+def test_a_built_in_familys_name_is_refused_for_your_own(tmp_path):
+    refused = ckpt_sweep(tmp_path, "new-family", "flux1")
+    assert refused.returncode != 0 and "'flux1' is a built-in family's name" in refused.stderr
+    assert not (tmp_path / "flux1.py").exists()
+
+
 def test_a_builder_that_returns_the_wrong_type_is_named_before_any_cell(tmp_path):
     (tmp_path / "wrong.py").write_text(
         "from torch import nn\n\n\ndef build(preset='p', **kwargs):\n    return nn.Linear(4, 4)\n"

@@ -102,7 +102,7 @@ def check_upgraded(url: str) -> None:
     with engine.connect() as connection:
         assert schema_version(connection) == SCHEMA_VERSION
     run_id = store.get_or_create_run(engine, "old", "CPU: x")
-    assert store.completed_cells(engine, run_id) == {"a": ("ok", None, None), "b": ("ok", None, None)}
+    assert store.completed_cells(engine, run_id) == {"a": store.Recorded("ok"), "b": store.Recorded("ok")}
     store.record_cell(engine, run_id, CELL, "a", big_result())  # a second attempt of cell a, 80 GiB
     store.record_cell(engine, run_id, CELL, "c", big_result())
     engine.dispose()
