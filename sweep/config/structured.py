@@ -76,7 +76,9 @@ class MeasureConfig:
 
 @dataclass
 class DbConfig:
-    url: str = "sqlite:///results.db"  # or postgresql+psycopg://user:password@host/database
+    # or postgresql+psycopg://user:password@host/database; from CKPT_SWEEP_DB_URL where that is set, so
+    # a password need not be on the command line (none is ever stored: sweep/store/database.py, redacted)
+    url: str = "${oc.env:CKPT_SWEEP_DB_URL,sqlite:///results.db}"
 
 
 @dataclass

@@ -74,6 +74,7 @@ def run_state(cfg: DictConfig) -> RunState:
         else:
             env, provenance, device_label = environment.capture(device), Provenance.MEASURED, device
         sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        sweep_config["db"]["url"] = store.redacted(sweep_config["db"]["url"])  # no password is stored
         run_id = store.get_or_create_run(
             engine,
             str(cfg.run.name),
@@ -126,7 +127,9 @@ def should_run(previous: str | None, rerun: str) -> bool:
 
 
 def settings_note(recorded: store.Recorded, cfg: DictConfig) -> str | None:
-    """Why a skipped cell's figures may not be what this sweep asks for."""
+    """Why a skipped cell's figures may not be what this sweep asks for (or that it has none)."""
+    if recorded.status in RETRYABLE:
+        return f"skipped, recorded {recorded.status} earlier: run.rerun=failed measures them again"
     steps, warmup = recorded.steps, recorded.warmup_steps
     if (
         recorded.status != Status.OK

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from ckptlib.units import format_bytes
 from sweep.config.cell import cell_from_config
 from sweep.store import database as store
-from sweep.vocabulary import JobOutcome, Status
+from sweep.vocabulary import RETRYABLE, JobOutcome, Status
 
 from . import interruption, quiet
 from .cpu_guard import gpu_sweep_warning
@@ -82,6 +82,7 @@ class SweepCallback(Callback):
         self.targets: dict[str, set[str]] = {}  # database URL -> run names this sweep writes
         self.cell = ""  # the running cell, as the progress bar names it
         self.since = store.now()
+        self._scrubbed = False  # the first job scrubs Hydra's saved config of passwords
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exceptions into warnings and carries on: a sweep must not start
@@ -110,6 +111,7 @@ class SweepCallback(Callback):
         for job in checks:
             self.targets.setdefault(str(job.db.url), set()).add(str(job_value(job, "run.name")))
         self.since = store.now()
+        self._scrubbed = False
         self.started = time.perf_counter()
         global active
         active = self
@@ -150,7 +152,22 @@ class SweepCallback(Callback):
         self.__dict__.update(state)
         self.console = Console(stderr=True)
 
+    def _scrub_hydra_files(self, config: DictConfig) -> None:
+        """Hydra saved the sweep's config, database URL and all, before the first job: no password
+        stays in it."""
+        saved = Path(str(config.hydra.sweep.dir)) / "multirun.yaml"
+        if not saved.exists():
+            return
+        text = original = saved.read_text()
+        for url in self.targets:
+            text = text.replace(url, store.redacted(url))
+        if text != original:
+            saved.write_text(text)
+
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if not self._scrubbed:
+            self._scrubbed = True
+            self._scrub_hydra_files(config)
         self.cell = cell_from_config(config).describe()
         if self.progress is not None:
             self.progress.update(self.task, description=self.cell)
@@ -197,3 +214,9 @@ class SweepCallback(Callback):
             print(f"{cells} cell(s) {note}", file=sys.stderr, flush=True)
         for matrix in matrices:
             print(matrix, flush=True)
+        ran = {status: n for status, n in counts.items() if status != JobOutcome.SKIPPED}
+        if ran and set(ran) <= set(RETRYABLE):
+            raise SystemExit(
+                f"ckpt-sweep: every cell of this sweep ended {', '.join(sorted(ran))}; the same command with "
+                "run.rerun=failed measures them again"
+            )

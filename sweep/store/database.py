@@ -134,6 +134,14 @@ def _sqlite_file(parsed) -> Path | None:
     return None
 
 
+def redacted(url: str) -> str:
+    """`url` as it may be stored or shown: its password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
 def open_store(url: str, create: bool = True) -> Engine:
     """Engine for `url` with the schema at the current version; a one-line StoreError for a bad URL
     or file. `create=False` (the read verbs) refuses a database that does not exist yet."""
@@ -152,7 +160,7 @@ def open_store(url: str, create: bool = True) -> Engine:
     try:
         engine = create_engine(parsed, connect_args={"timeout": 60} if sqlite else {}, pool_pre_ping=not sqlite)
     except (NoSuchModuleError, ImportError, ArgumentError) as error:
-        raise StoreError(f"cannot use database URL {url!r}: {error}") from None
+        raise StoreError(f"cannot use database URL {redacted(url)!r}: {error}") from None
     if sqlite:
         _sqlite_pragmas(engine)
     try:
@@ -160,9 +168,7 @@ def open_store(url: str, create: bool = True) -> Engine:
     except (DatabaseError, OperationalError, SchemaTooNew) as error:
         engine.dispose()
         reason = getattr(error, "orig", None) or error
-        raise StoreError(
-            f"cannot open database {parsed.render_as_string(hide_password=True)}: {str(reason).strip().splitlines()[0]}"
-        ) from None
+        raise StoreError(f"cannot open database {redacted(url)}: {str(reason).strip().splitlines()[0]}") from None
     return engine
 
 

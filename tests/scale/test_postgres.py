@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.support.postgres import ROOT, rows
-from tests.support.sweeps import start_sweep
+from tests.support.sweeps import FAST, start_sweep
 from tests.sweep.test_store import GIB, check_upgraded, first_round_database, round_trip
 
 
@@ -79,3 +79,27 @@ def _count(url: str) -> int:
         return rows(url, "select count(*) from cells")[0][0]
     except Exception:  # noqa: BLE001 - the tables may not exist yet, or the server is restarting
         return 0
+
+
+def test_no_password_is_stored_or_left_in_hydras_files(tmp_path, postgres_url, monkeypatch):
+    """The database URL's password: never in a run's stored config, never in Hydra's multirun.yaml,
+    whether given on the command line or in CKPT_SWEEP_DB_URL."""
+    from sqlalchemy.engine import make_url
+
+    from tests.support.sweeps import run_sweep
+
+    secret = f":{make_url(postgres_url).password}@"  # as it stands in the URL (the user may share its word)
+    assert secret in postgres_url
+    folder = tmp_path / "given"
+    done = run_sweep(folder / "unused.db", "sweep=none", "preset=tiny", "mode=none", *FAST, f"db.url={postgres_url}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    [(stored,)] = rows(postgres_url, "select config->'db'->>'url' from runs")
+    assert secret not in stored and stored == postgres_url.replace(secret, ":***@")
+    saved = (folder / "multirun" / "multirun.yaml").read_text()
+    assert secret not in saved and "***" in saved
+    monkeypatch.setenv("CKPT_SWEEP_DB_URL", postgres_url)
+    folder = tmp_path / "environment"
+    done = run_sweep(folder / "unused.db", "sweep=none", "preset=tiny", "mode=layer", *FAST, db_url=None)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert rows(postgres_url, "select mode from cells order by mode") == [("layer",), ("none",)]
+    assert secret not in (folder / "multirun" / "multirun.yaml").read_text()

@@ -26,13 +26,14 @@ def sweep_env(extra: dict | None = None) -> dict:
     return env
 
 
-def sweep_args(db: Path, *overrides: str) -> list[str]:
+def sweep_args(db: Path, *overrides: str, db_url: str | None = "sqlite") -> list[str]:
+    """The console script's command; `db_url=None` leaves the database to CKPT_SWEEP_DB_URL."""
     return [
         sys.executable,
         "-m",
         "sweep.cli",
         "run",
-        f"db.url=sqlite:///{db}",
+        *([f"db.url=sqlite:///{db}"] if db_url else []),
         f"hydra.sweep.dir={db.parent}/multirun",
         f"hydra.searchpath=[file://{SUPPORT / 'conf'}]",
         *overrides,
@@ -40,7 +41,12 @@ def sweep_args(db: Path, *overrides: str) -> list[str]:
 
 
 def run_sweep(
-    db: Path, *overrides: str, timeout: float = 300, extra_env: dict | None = None, own_process: bool = False
+    db: Path,
+    *overrides: str,
+    timeout: float = 300,
+    extra_env: dict | None = None,
+    own_process: bool = False,
+    db_url: str | None = "sqlite",
 ) -> subprocess.CompletedProcess:
     """`ckpt-sweep run` into `db`: in this process, or in a process of its own (`own_process`, or
     whenever the sweep needs an environment of its own, or a launcher other than the local one:
@@ -48,14 +54,14 @@ def run_sweep(
     elsewhere = any(o.startswith("launcher=") and o != "launcher=local" for o in overrides)
     if own_process or extra_env or elsewhere:
         return subprocess.run(
-            sweep_args(db, *overrides),
+            sweep_args(db, *overrides, db_url=db_url),
             capture_output=True,
             text=True,
             env=sweep_env(extra_env),
             cwd=ROOT,
             timeout=timeout,
         )
-    return run_cli(["run", *sweep_args(db, *overrides)[4:]])
+    return run_cli(["run", *sweep_args(db, *overrides, db_url=db_url)[4:]])
 
 
 def run_cli(argv: list[str]) -> subprocess.CompletedProcess:

@@ -270,3 +270,20 @@ def test_cell_identity_ignores_the_label_and_rerun_rules():
     assert a.key == b.key != c.key
     assert should_run(None, "none") and not should_run("ok", "none") and not should_run("failed", "none")
     assert should_run("timeout", "failed") and not should_run("oom", "failed") and should_run("ok", "all")
+
+
+def test_a_sweep_whose_every_cell_failed_exits_non_zero_and_says_how_to_rerun(tmp_path):
+    """A failed cell is an error of the run (an oom or unsupported one is a result): when every cell
+    failed, the exit status says so; running it again skips them and says how to measure them again."""
+    db = tmp_path / "r.db"
+    failing = ["sweep=none", "family=faulty", "preset=raise", "mode=none,layer", *FAST]
+    done = run_sweep(db, *failing)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ckpt-sweep: every cell of this sweep ended failed; the same command with run.rerun=failed measures them again"
+    )
+    again = run_sweep(db, *failing)
+    assert again.returncode == 0 and all(line["skipped"] for line in json_lines(again.stdout))
+    assert "2 cell(s) skipped, recorded failed earlier: run.rerun=failed measures them again" in again.stderr
+    mixed = run_sweep(db, "sweep=none", "family=faulty", "preset=raise,ok", "mode=none", *FAST, "run.rerun=failed")
+    assert mixed.returncode == 0, mixed.stderr[-2000:]
