@@ -12,7 +12,7 @@ from .memory import LiveTensorTracker
 from .modes import MODES
 from .plan import BlockPlan, plan_blocks, plan_lists
 from .pool import HostPool, PoolStats, available_host_bytes
-from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
+from .spec import FIRST_ARG, BlockSpec, CallConvention, SpecError, UnsupportedModeError
 from .workload import TRAINING_MODES, Workload
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "PoolStats",
     "Report",
     "TRAINING_MODES",
+    "SpecError",
     "UnsupportedModeError",
     "Workload",
     "apply",

@@ -12,6 +12,11 @@ class UnsupportedModeError(ValueError):
     """The model does not expose what the requested mode needs."""
 
 
+class SpecError(UnsupportedModeError):
+    """A name a spec or a builder gives (a block list, attention or feed-forward submodules, LoRA
+    targets) names nothing in the model."""
+
+
 @dataclass(frozen=True)
 class CallConvention:
     """How a block list hands its running state from one block to the next.

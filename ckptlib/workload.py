@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .quantize import quantize_base
-from .spec import BlockSpec, UnsupportedModeError
+from .spec import BlockSpec, SpecError, UnsupportedModeError
 
 TRAINING_MODES = ("lora", "frozen", "full")
 
@@ -111,13 +111,13 @@ def make_trainable(
 
 
 def _check_targets(model: nn.Module, targets: list[str]) -> None:
-    """UnsupportedModeError naming the LoRA targets that match no module (PEFT matches a target as
+    """SpecError naming the LoRA targets that match no module (PEFT matches a target as
     a module name or its dotted end), and the model's Linear layers it could have named."""
     names = [name for name, _ in model.named_modules()]
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:
         linear = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
-        raise UnsupportedModeError(
+        raise SpecError(
             f"LoRA target(s) {', '.join(map(repr, missing))} match no module of the model "
             f"(its Linear layers are named {', '.join(linear[:12])}{', ...' if len(linear) > 12 else ''})"
         )

@@ -117,13 +117,13 @@ def built_problems(builder, preset: str, shape: dict) -> list[str]:
     returns something other than a ckptlib.Workload, a spec whose block lists, attention or
     feed-forward names name nothing in the model, LoRA targets that match no layer. A builder that
     cannot build on meta for another reason is not judged here (its first cell will say)."""
-    from ckptlib import UnsupportedModeError, Workload, spec_problems
+    from ckptlib import SpecError, Workload, spec_problems
 
     try:
         work = builder(
             preset=preset, training="lora", device="meta", lora_rank=4, seed=0, dtype=None, quantization="none", **shape
         )
-    except UnsupportedModeError as error:  # a LoRA target that names nothing
+    except SpecError as error:  # a LoRA target that names nothing
         return [str(error)]
     except Exception:  # noqa: BLE001 - not buildable on meta: nothing to conclude
         return []

@@ -83,7 +83,9 @@ class DbConfig:
 
 @dataclass
 class RunConfig:
-    name: str = "${hydra:runtime.choices.sweep}"  # cells of one run name and hardware resume together
+    # cells of one run name and hardware resume together: a named sweep's name, or for sweep=none
+    # the family and training (unrelated models never share a run)
+    name: str = "${run_name:${hydra:runtime.choices.sweep},${family.name},${training}}"
     rerun: Rerun = Rerun.none  # none | failed (failed, timeout, crashed) | all; earlier attempts are kept
     # On a CPU, each cell is first predicted and skipped (predicted-oom) when it would need more host
     # memory than the machine has free; true measures it anyway.
@@ -168,6 +170,11 @@ def default_preset(target: str, declared: Optional[str]) -> str:
         return "default"  # validation names the builder's problem
 
 
+def default_run_name(sweep: str, family: str, training) -> str:
+    """A named sweep's own name; an ad-hoc one (sweep=none) is named by its family and training."""
+    return sweep if sweep != "none" else f"{family}-{getattr(training, 'name', training)}"
+
+
 def _families(which: str) -> str:
     from ckptlib.families import all_families
 
@@ -194,6 +201,7 @@ def register() -> None:
     for name in all_families():
         store.store(group="family", name=name, node=FamilyConfig(name, f"ckptlib.families.builders.{name}"))
     resolvers = {
+        "run_name": default_run_name,
         "families": _families,
         "modes": _modes,
         "default_preset": default_preset,

@@ -287,3 +287,13 @@ def test_a_sweep_whose_every_cell_failed_exits_non_zero_and_says_how_to_rerun(tm
     assert "2 cell(s) skipped, recorded failed earlier: run.rerun=failed measures them again" in again.stderr
     mixed = run_sweep(db, "sweep=none", "family=faulty", "preset=raise,ok", "mode=none", *FAST, "run.rerun=failed")
     assert mixed.returncode == 0, mixed.stderr[-2000:]
+
+
+def test_ad_hoc_sweeps_of_unrelated_models_do_not_share_a_run(tmp_path):
+    db = tmp_path / "r.db"
+    for family, preset in (("faulty", "ok"), ("synthetic", "tiny")):
+        done = run_sweep(db, "sweep=none", f"family={family}", f"preset={preset}", "mode=none", *FAST)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert query(db, "select name from runs order by name") == [("faulty-lora",), ("synthetic-lora",)]
+    named = run_sweep(db, "sweep=cpu-demo", "preset=tiny", "mode=none", *FAST)
+    assert named.returncode == 0 and ("cpu-demo",) in query(db, "select name from runs"), named.stderr[-2000:]
