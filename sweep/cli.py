@@ -1,4 +1,5 @@
-"""`ckpt-sweep VERB ...`: run (the Hydra multirun), report, import, diff, advise."""
+"""`ckpt-sweep VERB ...`: run (the Hydra multirun), report, import, runs, export, diff, advise, plan,
+new-family."""
 
 from __future__ import annotations
 
@@ -15,28 +16,31 @@ verbs:
   run [HYDRA OVERRIDES]      run a sweep (always a multirun), e.g.
                              ckpt-sweep run sweep=packed-latents mode=none,layer,unsloth
   report [--splice DOC.md]   regenerate the matrices under reports/ (or refresh marked blocks of DOC.md)
-  import FILE.md             import the docs' published tables as runs of provenance 'published'
-  diff A B                   two runs (id or hardware label) cell by cell
+  import FILE.md | --docs    import published tables (--docs: the docs' own, shipped) as provenance 'published'
+  runs                       the recorded runs: id, name, hardware, provenance, cells, date
+  export [--format csv|json] the cells of some or all runs, with their run, for other tools
+  diff A B [--fail-on ...]   two runs (id or hardware label) cell by cell; --fail-on gates a CI job
   advise --family F --vram 48GiB [--hardware H] [--tokens N | --preset P]
                              which mode to use on that card
   plan --family F --vram 24GB [--preset P] [--verify]
                              the fastest schedule that fits, predicted (and measured with --verify)
   new-family NAME            write NAME.py here: a complete builder for your own model, to edit
 
-`ckpt-sweep VERB --help` describes a verb's options.
+`ckpt-sweep VERB --help` describes a verb's options; `ckpt-sweep --version` prints the version.
 """
 
 
 def run(args: list[str]) -> None:
-    from sweep.config.structured import enum_problem
+    from sweep.config.structured import enum_problem, group_problem
     from sweep.report.pages import run_matrix
     from sweep.run import progress
     from sweep.run.app import hydra_app, start_sweep
     from sweep.run.interruption import handled
 
-    if problem := enum_problem(args):
+    if problem := enum_problem(args) or group_problem(args):
         sys.exit(f"ckpt-sweep: {problem}")
-    if not any(a in ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i") for a in args):
+    alone = ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i", "-sc", "--shell-completion")
+    if not any(a in alone for a in args):
         args = ["--multirun", *args]
     sys.argv = ["ckpt-sweep run", *args]
     progress.render_run = run_matrix  # the end of the sweep shows each run as the docs' matrix
@@ -47,7 +51,9 @@ def run(args: list[str]) -> None:
 
 def _parser(verb: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"ckpt-sweep {verb}", description=description)
-    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLAlchemy database URL (default {DEFAULT_DB})")
+    parser.add_argument(
+        "--db", default=DEFAULT_DB, help=f"SQLAlchemy database URL or a SQLite file's path (default {DEFAULT_DB})"
+    )
     return parser
 
 
@@ -89,19 +95,27 @@ def report(args: list[str]) -> None:
 
 def import_tables(args: list[str]) -> None:
     parser = _parser("import", "Import the docs' published result tables (provenance 'published').")
-    parser.add_argument("file", type=Path)
+    parser.add_argument("file", type=Path, nargs="?", help="a markdown file of tables (or --docs)")
+    parser.add_argument("--docs", action="store_true", help="the docs' published tables, shipped with ckpt-sweep")
     parser.add_argument("--hardware", help="GPU label for tables without a GPU column")
     parser.add_argument("--source", help="where the numbers come from (default: the file path)")
     parser.add_argument("--family", help="family of tables the importer does not know by heading")
     options = parser.parse_args(args)
-    from sweep.report.published import import_file
+    from sweep.report.published import BUNDLED, import_file
     from sweep.report.text import TableError
 
+    if (options.file is None) == (not options.docs):
+        parser.error("give one of FILE.md and --docs")
+    files = sorted(BUNDLED.glob("*.md")) if options.docs else [options.file]
     engine = _engine(options.db, create=True)
     try:
-        run_ids = import_file(
-            engine, options.file, hardware=options.hardware, source=options.source, family=options.family
-        )
+        run_ids = [
+            run_id
+            for file in files
+            for run_id in import_file(
+                engine, file, hardware=options.hardware, source=options.source, family=options.family
+            )
+        ]
     except TableError as error:
         sys.exit(f"ckpt-sweep: nothing imported: {error}")
     print(f"imported {len(run_ids)} published run(s): ids {', '.join(map(str, run_ids))}")
@@ -113,13 +127,21 @@ def diff(args: list[str]) -> None:
     parser.add_argument("b", help="run id or hardware label, optionally @previous or @N")
     parser.add_argument("--db-b", help="database URL of run B (default: the same database as A)")
     parser.add_argument("--out", default="reports", help="folder for the markdown and chart (default reports/)")
+    parser.add_argument(
+        "--fail-on",
+        help="exit 1 when a cell of B fails one of these gates (comma-separated): slower:P%%, bigger:P%%, oom, failed",
+    )
     options = parser.parse_args(args)
     from rich.console import Console
 
-    from sweep.report.diff import diff_runs, markdown, rich_table
+    from sweep.report.diff import diff_runs, gate_failures, markdown, parse_gates, rich_table
     from sweep.report.plots import diff_plot
     from sweep.report.text import slug
 
+    try:
+        gates = parse_gates(options.fail_on) if options.fail_on is not None else []
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
     engine = _engine(options.db)
     engine_b = _engine(options.db_b) if options.db_b else None
     try:
@@ -139,6 +161,62 @@ def diff(args: list[str]) -> None:
     page = out / f"{name}.md"
     page.write_text(markdown(result, plot.relative_to(out) if plot else None))
     print(page)
+    failures = gate_failures(result, gates)
+    if failures:
+        print(
+            f"ckpt-sweep: {len(failures)} cell(s) of {result.label_b} fail --fail-on {options.fail_on}:",
+            file=sys.stderr,
+        )
+        print("\n".join(f"  {line}" for line in failures), file=sys.stderr)
+        sys.exit(1)
+    if gates:
+        print(f"--fail-on {options.fail_on}: every cell passes")
+
+
+def runs_verb(args: list[str]) -> None:
+    parser = _parser("runs", "List the recorded runs: id, name, hardware, provenance, cells (ok), date.")
+    options = parser.parse_args(args)
+    from rich.console import Console
+    from rich.table import Table
+
+    from sweep.store.query import run_summaries
+
+    runs = run_summaries(_engine(options.db))
+    if runs.empty:
+        print("no runs recorded yet: `ckpt-sweep run` records one, `ckpt-sweep import --docs` the docs' tables")
+        return
+    table = Table("id", "name", "hardware", "provenance", "cells (ok)", "started")
+    for run in runs.itertuples():
+        started = f"{run.started_at:%Y-%m-%d %H:%M}"
+        table.add_row(str(run.id), run.name, run.hardware, run.provenance, f"{run.cells} ({run.ok})", started)
+    Console(width=None if Console().is_terminal else 200).print(table)
+
+
+def export(args: list[str]) -> None:
+    from sweep.report.export import FORMATS, exported_cells, write_cells
+
+    parser = _parser("export", "Write the cells of some or all runs, each with its run, as CSV or JSON.")
+    parser.add_argument("--runs", nargs="*", help="run ids or hardware labels (default: every run)")
+    parser.add_argument("--format", choices=FORMATS, default="csv")
+    parser.add_argument("--out", default="-", help="file to write (default -: standard output)")
+    options = parser.parse_args(args)
+    engine = _engine(options.db)
+    try:
+        cells = exported_cells(engine, options.runs)
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
+    if options.out == "-":
+        try:
+            write_cells(cells, options.format, sys.stdout)
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            sys.stderr.close()
+        return
+    path = Path(options.out)
+    partial = path.with_name(f".{path.name}.partial")  # a failed export leaves no half-written file
+    with partial.open("w", newline="") as out:
+        write_cells(cells, options.format, out)
+    partial.replace(path)
+    print(f"{path}: {len(cells)} cells", file=sys.stderr)
 
 
 def _card_arguments(parser: argparse.ArgumentParser) -> None:
@@ -265,11 +343,27 @@ VERBS = {
     "run": run,
     "report": report,
     "import": import_tables,
+    "runs": runs_verb,
+    "export": export,
     "diff": diff,
     "advise": advise_verb,
     "plan": plan_verb,
     "new-family": new_family,
 }
+
+
+def _completing_run() -> None:
+    """Hydra completes the words after the program; here they follow `ckpt-sweep run`, so the verb is
+    taken out of the line it reads (COMP_LINE, and the cursor's place in it)."""
+    import os
+
+    line = os.environ.get("COMP_LINE", "")
+    program, _, rest = line.partition(" ")
+    if rest.startswith("run"):
+        after = rest.removeprefix("run").lstrip(" ")
+        os.environ["COMP_LINE"] = f"{program} {after}"
+        cut = len(line) - len(os.environ["COMP_LINE"])
+        os.environ["COMP_POINT"] = str(max(0, int(os.environ.get("COMP_POINT", len(line))) - cut))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -280,6 +374,14 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return
+    if argv[0] in ("-V", "--version"):
+        from importlib.metadata import version
+
+        print(f"ckpt-sweep {version('ckpt-sweep')}")
+        return
+    if argv[0] in ("-sc", "--shell-completion"):  # Hydra's installed completion calls the bare command
+        _completing_run()
+        argv = ["run", *argv]
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
         sys.exit(f"ckpt-sweep: unknown verb {verb!r}; valid verbs: {', '.join(VERBS)}\n\n{USAGE}")

@@ -11,6 +11,7 @@ tables' ten), `${modes:synthetic}` (the synthetic sweep's five).
 from dataclasses import MISSING as MISSING_FACTORY
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -76,8 +77,9 @@ class MeasureConfig:
 
 @dataclass
 class DbConfig:
-    # or postgresql+psycopg://user:password@host/database; from CKPT_SWEEP_DB_URL where that is set, so
-    # a password need not be on the command line (none is ever stored: sweep/store/database.py, redacted)
+    # a SQLite file's path (results.db), or postgresql+psycopg://user:password@host/database; from
+    # CKPT_SWEEP_DB_URL where that is set, so a password need not be on the command line (none is
+    # ever stored: sweep/store/database.py, redacted)
     url: str = "${oc.env:CKPT_SWEEP_DB_URL,sqlite:///results.db}"
 
 
@@ -140,17 +142,77 @@ def enum_fields(schema=SweepConfig, prefix: str = "") -> dict[str, type[Enum]]:
 
 def enum_problem(overrides: list[str]) -> str | None:
     """One line for the first override that gives an enum key a word it does not know (Hydra's own
-    message spans lines); sweep functions (`choice(...)`, ...) are left to Hydra."""
+    message spans lines); sweep functions (`choice(...)`, ...) are left to Hydra. A quoted word
+    (`training='frozen'`) is the word."""
     known = enum_fields()
     for override in overrides:
         key, equals, value = override.partition("=")
         key = key.lstrip("+~")
         if not equals or key not in known or "(" in value:
             continue
-        words = [m.name for m in known[key]]
-        for word in value.split(","):
-            if word.strip() not in words:
-                return f"{key}={value}: unknown value {word.strip()!r}; valid: {', '.join(words)}"
+        problem = unknown_word(f"{key}={value}", value, [m.name for m in known[key]])
+        if problem:
+            return problem
+    return None
+
+
+# the config groups of conf/ and the ConfigStore (register): a value is a file or a stored node
+GROUPS = ("family", "mode", "quantization", "sweep", "launcher")
+
+
+def config_dir() -> Path:
+    """The Hydra configs: inside the package in a wheel (sweep/conf), else conf/ at the top of the checkout."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "conf"
+    return shipped if shipped.is_dir() else package.parent / "conf"
+
+
+def group_options(group: str, searchpath: tuple[Path, ...] = ()) -> list[str]:
+    """The values `group=` takes: stored configs, conf/'s files and those of the searchpath's folders."""
+    stored = {name.removesuffix(".yaml") for name in ConfigStore.instance().repo.get(group, {})}
+    folders = (config_dir(), *searchpath)
+    return sorted(stored | {path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
+
+
+def _searchpath(overrides: list[str]) -> tuple[Path, ...] | None:
+    """The folders of `hydra.searchpath=[file://...]`; None where an entry is not a folder (pkg://)."""
+    folders = []
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key == "hydra.searchpath":
+            for entry in filter(None, (e.strip().strip("'\"") for e in value.strip("[]").split(","))):
+                if not entry.startswith("file://"):
+                    return None
+                folders.append(Path(entry.removeprefix("file://")))
+    return tuple(folders)
+
+
+def group_problem(overrides: list[str]) -> str | None:
+    """One line, with the closest names, for a config group value that no config defines (Hydra's
+    own message spans lines); left to Hydra where the searchpath has a package in it."""
+    searchpath = _searchpath(overrides)
+    if searchpath is None:
+        return None
+    for override in overrides:
+        key, equals, value = override.partition("=")
+        if not equals or key not in GROUPS or "(" in value:
+            continue
+        problem = unknown_word(override, value, group_options(key, searchpath))
+        if problem:
+            return problem
+    return None
+
+
+def unknown_word(override: str, value: str, words: list[str]) -> str | None:
+    """'key=value: unknown value 'x'; did you mean 'y'? valid: ...' for the first of the
+    comma-separated words of `value` that is not in `words`."""
+    import difflib
+
+    for word in (w.strip().strip("'\"") for w in value.split(",")):
+        if word not in words:
+            close = difflib.get_close_matches(word, words, n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            return f"{override}: unknown value {word!r}; {hint}valid: {', '.join(words)}"
     return None
 
 

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from sweep.store.database import database_url
 from sweep.vocabulary import JobOutcome
 
 # NOTE [ No time-limit signal ]
@@ -72,7 +73,7 @@ def partitions() -> list[str]:
 def config_problems(job) -> list[str]:
     """Before anything is submitted: the database every node must share, and the request against
     the partition's nodes."""
-    if str(job.db.url).startswith("sqlite"):
+    if database_url(str(job.db.url)).startswith("sqlite"):
         return [
             "launcher=slurm runs cells on many nodes, which cannot share a SQLite file safely: "
             "set db.url to a PostgreSQL URL (postgresql+psycopg://user:password@host/database)"

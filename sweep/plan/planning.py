@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from ckptlib import CheckpointConfig
 from ckptlib.extrapolate import Estimate, ShallowPredictor
 from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
+from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.units import format_bytes
 from sweep.config.cell import Cell
 from sweep.config.structured import ModeConfig
@@ -179,6 +180,12 @@ def describe_outcome(
             f"nothing fits: the smallest peak is {describe(closest.config)} at {format_bytes(closest.peak_bytes)}, "
             f"{format_bytes(over)} over the budget"
         )
+        if request.quantization == "none":
+            others = ", ".join(q for q in QUANTIZATION_NAMES if q not in ("none", "int8-torchao"))
+            lines.append(
+                "  a quantized base holds the frozen weights in about half the bytes: run the same command with "
+                f"--quantization int8-torchao (or {others})"
+            )
         return lines
     overhead = recommended.seconds / baseline.seconds - 1 if baseline and baseline.seconds else float("nan")
     peak = checked.peak_bytes if checked else recommended.peak_bytes
@@ -188,11 +195,28 @@ def describe_outcome(
         f"  predicted peak {format_bytes(peak)} (a full prediction; the planner's estimate was "
         f"{format_bytes(recommended.peak_bytes)}), margin {format_bytes(margin)}",
         f"  predicted {recommended.seconds:.3f} s/step, {overhead:+.1%} over no checkpointing",
-        "  SimpleTuner: " + simpletuner(recommended.config),
-        "  ckpt-sweep run: " + run_override(recommended.config),
+        "  SimpleTuner: " + simpletuner(recommended.config, request.quantization),
+        "  measure it: " + run_command(request, recommended.config),
         "  ckptlib: " + ckptlib_line(recommended.config),
     ]
+    if recommended.config.checkpoints and recommended.config.blocks is not None:
+        lines += _expressible_in_simpletuner(request, plan)
     return lines
+
+
+def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch) -> list[str]:
+    """For a schedule SimpleTuner cannot express (a cut of the blocks), the fastest fitting one it
+    can: every block, under the same keys."""
+    whole = [c for c in plan.fitting(request.budget_bytes) if c.config.blocks is None or not c.config.checkpoints]
+    if not whole:
+        return ["  SimpleTuner can express no fitting schedule: every one that fits checkpoints only some blocks"]
+    best = whole[0]
+    return [
+        f"fastest schedule SimpleTuner can express: {describe(best.config)}, predicted "
+        f"{format_bytes(best.peak_bytes)} and {best.seconds:.3f} s/step (the planner's estimate)",
+        "  SimpleTuner: " + simpletuner(best.config, request.quantization),
+        "  measure it: " + run_command(request, best.config),
+    ]
 
 
 def describe_training(request: Request) -> str:
@@ -215,9 +239,20 @@ def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | N
     return lines
 
 
-def simpletuner(config: CheckpointConfig) -> str:
-    """The schedule as SimpleTuner's config keys; a cut SimpleTuner has no key for is said so."""
-    keys = {"gradient_checkpointing": config.checkpoints}
+# SimpleTuner's keys for the base weights' precision each quantization stands for
+SIMPLETUNER_PRECISION = {
+    "none": {"base_model_precision": "no_change"},
+    "int8-torchao": {"base_model_precision": "int8-torchao"},
+    "fp8-torchao": {"base_model_precision": "fp8-torchao"},
+    "int8-sdnq": {"base_model_precision": "int8-sdnq"},
+    "int8-sdnq-hadamard": {"base_model_precision": "int8-sdnq", "sdnq_use_hadamard": True},
+}
+
+
+def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
+    """The schedule, and the base precision it was planned with, as SimpleTuner's config keys; a
+    cut SimpleTuner has no key for is said so."""
+    keys = {**SIMPLETUNER_PRECISION[quantization], "gradient_checkpointing": config.checkpoints}
     if config.checkpoints:
         keys["gradient_checkpointing_backend"] = config.backend
         if (config.interval or 1) > 1:
@@ -234,7 +269,19 @@ def simpletuner(config: CheckpointConfig) -> str:
     return text
 
 
+def run_command(request: Request, config: CheckpointConfig) -> str:
+    """The `ckpt-sweep run` line that measures exactly the planned cell: its model, shape, training
+    and base precision, and the schedule."""
+    builtin = request.builder in (f"ckptlib.families.builders.{request.family}", "ckptlib.synthetic.build")
+    family = (
+        f"family={request.family}" if builtin else f"family._target_={request.builder} family.name={request.family}"
+    )
+    cell = f"preset={request.preset} training={request.training} quantization={request.quantization}"
+    return f"ckpt-sweep run sweep=none {family} {cell} {run_override(config)}"
+
+
 def run_override(config: CheckpointConfig) -> str:
+    """The schedule as `mode.*` overrides of a sweep."""
     words = [f"mode=none mode.name=planned mode.backend={config.backend}"]
     for name in ("interval", "stride"):
         if getattr(config, name):

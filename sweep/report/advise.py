@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.units import GIB
 from sweep.machine.cards import DEFAULT_MARGIN
 from sweep.vocabulary import Provenance, Status
@@ -99,6 +100,8 @@ def advise(
         for r in predicted.itertuples()
     ]
     lines_plan = _stored_plans(planned, family, chosen["preset"].iloc[0], budget)
+    if mode is None and not lines_plan:
+        lines_plan = _other_precisions(cells, family, chosen["preset"].iloc[0], quantization, budget)
     not_ok = measured[measured["status"] != Status.OK]
     failed = [f"  {r.mode:22s} {text}" for r, text in zip(not_ok.itertuples(), cell_texts(not_ok))]
     lines = head + verdict + ["modes (measured fastest first, then predicted):", *described]
@@ -123,6 +126,47 @@ def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: int) 
     return lines
 
 
+def _other_precisions(cells: pd.DataFrame, family: str, preset: str, quantization: str, budget: int) -> list[str]:
+    """When nothing fits: what fits with another base precision recorded for this model and shape
+    (the smallest peak of each), else how to find out for the quantized bases."""
+    others = cells[
+        (cells["family"] == family)
+        & (cells["preset"] == preset)
+        & (cells["quantization"] != quantization)
+        & cells["peak_bytes"].notna()
+        & cells["status"].isin([Status.OK, Status.OOM])
+    ]
+    lines = []
+    for other, group in others.groupby("quantization", sort=True):
+        smallest = group.sort_values("peak_bytes").iloc[0]
+        verdict = "fits" if smallest.peak_bytes <= budget else "does not fit either"
+        lines.append(
+            f"  {other}: {smallest['mode']} {verdict} at {smallest.peak_bytes / GIB:.2f} GiB ({smallest.provenance}); "
+            f"ckpt-sweep advise --family {family} --preset {preset} --quantization {other} ... answers in full"
+        )
+    if lines:
+        return ["nothing fits at this precision; with another base precision:", *lines]
+    quantized = [q for q in QUANTIZATION_NAMES if q != "none"] if quantization == "none" else []
+    if not quantized:
+        return []
+    return [
+        f"nothing fits at this precision; a quantized base ({', '.join(quantized)}) holds about half the weights: "
+        + how_to_get_cells(family, preset, quantized[0])
+    ]
+
+
+def how_to_get_cells(family: str, preset: str | None, quantization: str) -> str:
+    """The commands that record cells `advise` can answer from: predicted in a minute on any
+    machine, measured on the GPU, or a planned schedule."""
+    cell = f"family={family}" + (f" preset={preset}" if preset else "") + f" quantization={quantization}"
+    modes = ",".join(EXPECTED_COST_ORDER)
+    return (
+        f"predict them (ckpt-sweep run sweep=none {cell} mode={modes} predict=true), measure them on the GPU "
+        f"(the same without predict=true), or plan a schedule (ckpt-sweep plan --family {family} --card ... "
+        f"--quantization {quantization})"
+    )
+
+
 def _one_shape(
     cells: pd.DataFrame, family: str, tokens: int | None, preset: str | None, quantization: str
 ) -> pd.DataFrame:
@@ -132,15 +176,17 @@ def _one_shape(
     if preset is not None:
         chosen = chosen[chosen["preset"] == preset]
     if chosen.empty:
-        raise ValueError(f"no recorded cells for family {family!r} with that shape and quantization {quantization!r}")
+        raise ValueError(
+            f"no recorded cells for family {family!r} with that shape and quantization {quantization!r}; "
+            + how_to_get_cells(family, preset, quantization)
+        )
     defaults = chosen[[variant(c, m) == "" for c, m in zip(chosen["config"], chosen["mode"])]]
     chosen = defaults if not defaults.empty else chosen  # near-duplicates (interval 3, rank 8): the defaults
     shapes = chosen[["preset", "tokens"]].drop_duplicates()
     if len(shapes) == 1 and family != "synthetic" and str(shapes["preset"].iloc[0]).startswith("tiny"):
         raise ValueError(
             f"only {family}'s tiny test preset is recorded for that question, and a tiny preset says "
-            f"nothing about the real model's memory: predict the real preset "
-            f"(ckpt-sweep run sweep=none family={family} predict=true card_gib=...) or measure it on a GPU"
+            f"nothing about the real model's memory; " + how_to_get_cells(family, None, quantization)
         )
     if len(shapes) > 1:
         listing = ", ".join(f"{p} ({'' if pd.isna(t) else int(t)} tokens)" for p, t in shapes.itertuples(index=False))

@@ -279,3 +279,68 @@ def markdown(diff: Diff, plot: Path | None = None) -> str:
     if plot is not None:
         parts.append(f"\n![time ratio]({plot.name})")
     return "\n".join(parts) + "\n"
+
+
+# --fail-on: what makes `diff` exit non-zero, for a CI job that compares a run against a baseline
+GATES = {
+    "slower": "B's sec/step more than P over A's (unless the samples show it is within the noise)",
+    "bigger": "B's peak memory more than P over A's",
+    "oom": "a cell ok in A runs out of memory in B",
+    "failed": "a cell ok in A ends any other way in B",
+}
+
+
+@dataclass(frozen=True)
+class Gate:
+    kind: str
+    share: float = 0.0  # slower:10% -> 0.10
+
+
+def parse_gates(text: str) -> list[Gate]:
+    """`slower:10%,bigger:5%,oom` as gates; ValueError naming the part that is not one."""
+    gates = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        kind, _, amount = part.partition(":")
+        if kind not in GATES:
+            raise ValueError(f"--fail-on {part!r}: unknown; valid: {', '.join(GATES)} (slower and bigger take :P%)")
+        takes_share = kind in ("slower", "bigger")
+        if takes_share != bool(amount):
+            need = f"needs a share, e.g. {kind}:10%" if takes_share else "takes no share"
+            raise ValueError(f"--fail-on {part!r}: {kind} {need}")
+        try:
+            share = float(amount.removesuffix("%")) / 100 if amount else 0.0
+        except ValueError:
+            raise ValueError(f"--fail-on {part!r}: {amount!r} is not a percentage such as 10%") from None
+        gates.append(Gate(kind, share))
+    if not gates:
+        raise ValueError("--fail-on names no gate; valid: " + ", ".join(GATES))
+    return gates
+
+
+def _name(row) -> str:
+    tokens = "" if pd.isna(row.tokens) else f" {int(row.tokens)} tokens"
+    mode = row.mode + (f" ({row.variant})" if row.variant else "")
+    return f"{row.family} {row.preset}{tokens} {mode} {row.quantization}"
+
+
+def _gate_failure(gate: Gate, row) -> str | None:
+    was_ok = row.status_a == Status.OK
+    if gate.kind == "oom" and was_ok and row.status_b == Status.OOM:
+        return "ok -> OOM"
+    if gate.kind == "failed" and was_ok and isinstance(row.status_b, str) and row.status_b != Status.OK:
+        return f"ok -> {row.status_b}"
+    if gate.kind == "slower" and row.ratio > 1 + gate.share and not row.significance.startswith("not significant"):
+        return f"{row.ratio:.2f}x the time"
+    if gate.kind == "bigger" and row.memory_ratio > 1 + gate.share:
+        return f"{row.memory_ratio:.2f}x the peak"
+    return None
+
+
+def gate_failures(diff: Diff, gates: list[Gate]) -> list[str]:
+    """One line per cell that fails a gate, naming the cell and by how much."""
+    lines = []
+    for row in diff.cells.itertuples():
+        found = [f"{gate.kind}: {why}" for gate in gates if (why := _gate_failure(gate, row))]
+        if found:
+            lines.append(f"{_name(row)}: {'; '.join(found)}")
+    return lines

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -26,16 +25,7 @@ from . import cpu_guard, progress
 from .isolation import preload_note, run_isolated
 from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
 
-
-def config_dir() -> str:
-    """The Hydra configs: inside the package in a wheel (sweep/conf), else conf/ at the top of the checkout."""
-    import sweep
-
-    shipped = Path(sweep.__file__).resolve().parent / "conf"
-    return str(shipped if shipped.is_dir() else Path(sweep.__file__).resolve().parent.parent / "conf")
-
-
-CONFIG_PATH = config_dir()
+CONFIG_PATH = str(configs.config_dir())
 
 
 configs.register()

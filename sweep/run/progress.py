@@ -24,6 +24,7 @@ from sweep.store import database as store
 from sweep.vocabulary import RETRYABLE, JobOutcome, Status
 
 from . import interruption, quiet
+from .compose_once import compose_each_job_once
 from .cpu_guard import gpu_sweep_warning
 from .preflight import SweepConfigError, expand_jobs, job_value, override_problems, validate
 
@@ -95,6 +96,9 @@ class SweepCallback(Callback):
             raise SystemExit(f"ckpt-sweep: the sweep cannot start: {type(error).__name__}: {error}") from None
 
     def _start(self, config: DictConfig) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+
+        compose_each_job_once(GlobalHydra.instance().config_loader())
         expanded = expand_jobs(config)
         checks = [config]
         if expanded is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from .schema import SCHEMA_VERSION, CellRow, Run, Sample, now
 SCHEMA_LOCK_ID = 0x636B7074  # "ckpt": the advisory lock schema changes take on PostgreSQL
 RECONNECT_DELAYS_S = (0.5, 1, 2, 4, 8, 15)  # about 30 s: long enough for a server restart
 T = TypeVar("T")
+URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # `sqlite:`, `postgresql+psycopg:`: a URL, not a path
 __all__ = ["CellRow", "Run", "Sample", "StoreError", "now", "open_store"]
 
 
@@ -134,6 +136,15 @@ def _sqlite_file(parsed) -> Path | None:
     return None
 
 
+def database_url(text: str) -> str:
+    """`text` as a database URL: a URL as it is; a plain file path (`results.db`, `~/runs/r.db`,
+    anything without a `scheme:` in front) is that SQLite file, made absolute so that every
+    process of a sweep opens the same one."""
+    if URL_SCHEME.match(text):
+        return text
+    return f"sqlite:///{Path(text).expanduser().resolve()}"
+
+
 def redacted(url: str) -> str:
     """`url` as it may be stored or shown: its password replaced by ***."""
     try:
@@ -143,8 +154,10 @@ def redacted(url: str) -> str:
 
 
 def open_store(url: str, create: bool = True) -> Engine:
-    """Engine for `url` with the schema at the current version; a one-line StoreError for a bad URL
-    or file. `create=False` (the read verbs) refuses a database that does not exist yet."""
+    """Engine for `url` (or a plain path: a SQLite file) with the schema at the current version; a
+    one-line StoreError for a bad URL or file. `create=False` (the read verbs) refuses a database
+    that does not exist yet."""
+    url = database_url(url)
     try:
         parsed = make_url(url)
     except ArgumentError as error:
@@ -175,6 +188,7 @@ def open_store(url: str, create: bool = True) -> Engine:
 def check_url(url: str) -> None:
     """StoreError where `url` cannot be used for a sweep, without creating a database that is not
     there yet (the first recorded cell does)."""
+    url = database_url(url)
     file = _sqlite_file(make_url(url)) if "://" in url else None
     if file is not None and not file.exists():
         _check_sqlite_file(file, create=True)
@@ -352,7 +366,7 @@ def _cell_row(
 
 def trace_folder(url: str) -> Path:
     """Where profiled cells' traces go: traces/ beside a SQLite file, or in the current folder."""
-    file = _sqlite_file(make_url(url))
+    file = _sqlite_file(make_url(database_url(url)))
     return (file.resolve().parent if file else Path.cwd()) / "traces"
 
 

@@ -4,7 +4,7 @@ cells of those runs (the current attempt of each, or an earlier one), with their
 from __future__ import annotations
 
 import pandas as pd
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import case, func, select, tuple_
 from sqlalchemy.engine import Engine
 
 from sweep.config.builders import SHAPE_COLUMNS
@@ -63,6 +63,31 @@ def load_runs(engine: Engine) -> pd.DataFrame:
     return pd.DataFrame(
         [dict(r) for r in rows],
         columns=["id", "name", "hardware", "provenance", "source", "device", "started_at", "environment"],
+    )
+
+
+def run_summaries(engine: Engine) -> pd.DataFrame:
+    """Every run, oldest first: id, name, hardware, provenance, its cells (current attempts) and how
+    many of them are ok, when it started."""
+    ok = func.sum(case((CellRow.status == Status.OK, 1), else_=0))
+    query = (
+        select(
+            Run.id,
+            Run.name,
+            Run.hardware,
+            Run.provenance,
+            func.count(CellRow.id).label("cells"),
+            func.coalesce(ok, 0).label("ok"),
+            Run.started_at,
+        )
+        .outerjoin(CellRow, (CellRow.run_id == Run.id) & CellRow.is_current.is_(True))
+        .group_by(Run.id)
+        .order_by(Run.id)
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(query).mappings().all()
+    return pd.DataFrame(
+        [dict(r) for r in rows], columns=["id", "name", "hardware", "provenance", "cells", "ok", "started_at"]
     )
 
 

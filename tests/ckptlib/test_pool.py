@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from ckptlib import HostPool
+from ckptlib.pool import available_host_bytes
 
 
 def test_buffers_are_reused_per_numel_and_dtype():
@@ -96,3 +97,53 @@ def test_the_pool_never_grows_past_its_limit():
     assert one_off.acquire(20, torch.float32) is None  # one-off buffers in use count too
     one_off.release(held)
     assert one_off.acquire(20, torch.float32) is not None
+
+
+def _host(tmp_path, cgroup: str, files: dict[str, str], mem_available_kib: int = 1 << 30):
+    """A /proc and a cgroup tree as the kernel writes them: a 1 TiB node unless the cgroup says less."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text(f"MemTotal: {2 << 30} kB\nMemAvailable: {mem_available_kib} kB\n")
+    (proc / "self" / "cgroup").write_text(cgroup)
+    root = tmp_path / "cgroup"
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text + "\n")
+    return str(proc), str(root)
+
+
+@pytest.mark.parametrize(
+    "cgroup, files",
+    [
+        # cgroup v2, the pod's limit on the group itself
+        (
+            "0::/kubepods/pod1\n",
+            {"kubepods/pod1/memory.max": str(32 << 30), "kubepods/pod1/memory.current": str(30 << 30)},
+        ),
+        # cgroup v2, the limit one group up (the container's own group has none)
+        (
+            "0::/kubepods/pod1/c1\n",
+            {
+                "kubepods/pod1/memory.max": str(32 << 30),
+                "kubepods/pod1/memory.current": str(30 << 30),
+                "kubepods/pod1/c1/memory.max": "max",
+                "kubepods/pod1/c1/memory.current": str(30 << 30),
+            },
+        ),
+        # cgroup v1, in a namespace that shows the group at the root of the hierarchy
+        (
+            "4:memory:/docker/abc\n0::/\n",
+            {"memory/memory.limit_in_bytes": str(32 << 30), "memory/memory.usage_in_bytes": str(30 << 30)},
+        ),
+    ],
+    ids=["v2", "v2-parent", "v1"],
+)
+def test_available_host_memory_is_the_containers_headroom_not_the_nodes(tmp_path, cgroup, files):
+    proc, root = _host(tmp_path, cgroup, files)
+    assert available_host_bytes(proc, root) == 2 << 30
+
+
+def test_a_cgroup_without_a_limit_leaves_the_nodes_available_memory(tmp_path):
+    unlimited = {"memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "5"}
+    proc, root = _host(tmp_path, "4:memory:/\n0::/\n", {**unlimited, "memory.max": "max", "memory.current": "7"})
+    assert available_host_bytes(proc, root) == 1 << 40

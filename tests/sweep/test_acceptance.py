@@ -72,29 +72,41 @@ def summary_rows(out) -> dict:
     return {row[0].removeprefix("| "): row[1] for row in rows}
 
 
-def test_both_invocations_run_whole_on_a_fake_cuda_host_and_resume(tmp_path):
+CORE_STATUSES = {n: s for n, (s, _) in CORE_ON_FAKE_CUDA.items()}
+
+
+def test_the_core_invocation_runs_whole_on_a_fake_cuda_host_and_resumes(tmp_path):
     out = tmp_path / "acceptance"
     core = run_script(out, "--device", "cuda", "--scale", "tiny", "--families", "flux1,heartmula", env=FAKE_CUDA)
     assert core.returncode == 1, core.stdout + core.stderr[-3000:]  # the checks the fake host cannot pass
     found = outcomes(out)
-    assert {name: o["status"] for name, o in found.items()} == {n: s for n, (s, _) in CORE_ON_FAKE_CUDA.items()}
+    assert {name: o["status"] for name, o in found.items()} == CORE_STATUSES
     for name, (_, first_line) in CORE_ON_FAKE_CUDA.items():
         assert found[name]["details"][0].startswith(first_line), (name, found[name]["details"])
-    assert summary_rows(out) == {**{n: s for n, (s, _) in CORE_ON_FAKE_CUDA.items()}, "studies": "not run yet"}
+    assert summary_rows(out) == {**CORE_STATUSES, "studies": "not run yet"}
     assert measured_runs(out) == MEASURED_CELLS
     with sqlite3.connect(out / "results.db") as db:
         assert {row[0] for row in db.execute("select hardware from runs")} == {"H100 80GB HBM3", "predicted: cuda"}
     assert "$ ckpt-sweep run" in (out / "logs" / "harness.log").read_text()  # the sweep's own output, streamed
 
+    again = run_script(out, "--device", "cuda", "--scale", "tiny", "--only", "fork_server,environment", env=FAKE_CUDA)
+    assert again.returncode == 0 and again.stdout.count("earlier (--rerun runs it again)") == 2, again.stdout
+
+
+def test_the_studies_invocation_adds_its_check_to_what_an_earlier_one_recorded(tmp_path):
+    """The second invocation of a GPU session (here first, so the two run side by side in the suite;
+    the order does not matter to the summary: a folder keeps every check's latest outcome)."""
+    out = tmp_path / "acceptance"
     studies = run_script(out, "--device", "cuda", "--scale", "tiny", "--part", "studies", env=FAKE_CUDA)
     assert studies.returncode == 1, studies.stdout + studies.stderr[-3000:]
     found = outcomes(out)["studies"]
     assert found["status"] == "failed" and found["details"][0] == STUDIES_ON_FAKE_CUDA, found
-    assert summary_rows(out) == {**{n: s for n, (s, _) in CORE_ON_FAKE_CUDA.items()}, "studies": "failed"}
-    assert measured_runs(out) == {**MEASURED_CELLS, **STUDY_CELLS}
-
-    again = run_script(out, "--device", "cuda", "--scale", "tiny", "--only", "fork_server,environment", env=FAKE_CUDA)
-    assert again.returncode == 0 and again.stdout.count("earlier (--rerun runs it again)") == 2, again.stdout
+    assert measured_runs(out) == STUDY_CELLS
+    core = run_script(out, "--device", "cuda", "--scale", "tiny", "--only", "environment", env=FAKE_CUDA)
+    assert core.returncode == 0, core.stdout + core.stderr[-3000:]
+    rows = summary_rows(out)
+    assert (rows["studies"], rows["environment"]) == ("failed", "ok")
+    assert {rows[name] for name in CORE_STATUSES if name != "environment"} == {"not run yet"}
 
 
 def test_on_a_cpu_the_cuda_checks_are_skipped_and_the_host_runs_out(tmp_path):

@@ -80,15 +80,19 @@ def test_the_wheel_runs_a_sweep_outside_the_checkout(tmp_path):
             ("none", "ok"),
         ]
     imported = subprocess.run(
-        [
-            venv / "bin" / "ckpt-sweep",
-            "import",
-            "--db",
-            "sqlite:///published.db",
-            str(where.rpartition("/")[0] + "/published/unsloth-synthetic.md"),
-        ],
+        [venv / "bin" / "ckpt-sweep", "import", "--docs", "--db", "published.db"],  # a plain path: SQLite
         capture_output=True,
         text=True,
         cwd=elsewhere,
     )
     assert imported.returncode == 0 and "imported 4 published run(s)" in imported.stdout, imported.stderr
+    # the sweeper's and launchers' plugin module ships in Hydra's namespace, where Hydra finds it
+    assert "hydra_plugins/ckpt_sweep/__init__.py" in names
+    found = subprocess.run(
+        [python, "-c", "from hydra.core.plugins import Plugins; print(sorted(Plugins.instance().class_name_to_class))"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        check=True,
+    ).stdout
+    assert "hydra_plugins.ckpt_sweep.RayLauncher" in found and "hydra_plugins.ckpt_sweep.SlurmLauncher" in found

@@ -8,7 +8,7 @@ import ckptlib
 from ckptlib import CheckpointConfig
 from ckptlib.planner import describe
 from ckptlib.units import MIB
-from sweep.plan.planning import Request, ckptlib_line, make_plan, run_override, simpletuner
+from sweep.plan.planning import Request, ckptlib_line, make_plan, run_command, run_override, simpletuner
 from sweep.plan.verify import verify
 from tests.support.sweeps import FAST, query, run_sweep
 
@@ -22,6 +22,10 @@ def test_a_budget_below_the_smallest_peak_says_how_far_off_the_closest_is():
     outcome = make_plan(request(1), None)
     assert outcome.recommended is None
     (line,) = [line for line in outcome.lines if line.startswith("nothing fits")]
+    hint = outcome.lines[outcome.lines.index(line) + 1]
+    assert hint.endswith(
+        "run the same command with --quantization int8-torchao (or fp8-torchao, int8-sdnq, int8-sdnq-hadamard)"
+    )
     closest = outcome.plan.smallest()
     assert describe(closest.config) in line
     assert f"{(closest.peak_bytes - MIB) / MIB:.2f} MiB over the budget" in line
@@ -44,17 +48,65 @@ def test_the_schedule_is_written_as_simpletuner_keys_an_override_and_a_ckptlib_l
     assert keys.get("gradient_checkpointing_offload_attention", False) == config.offload_attention
     assert ("has no key for" in simpletuner(config)) == (config.blocks is not None)
     assert "mode.backend=" + config.backend in run_override(config)
+    assert keys["base_model_precision"] == "no_change"
 
 
-def test_the_override_runs_the_planned_schedule(tmp_path):
+@pytest.mark.parametrize(
+    "quantization, keys",
+    [
+        ("int8-torchao", {"base_model_precision": "int8-torchao"}),
+        ("int8-sdnq-hadamard", {"base_model_precision": "int8-sdnq", "sdnq_use_hadamard": True}),
+    ],
+)
+def test_the_simpletuner_block_names_the_base_precision_the_plan_assumed(quantization, keys):
+    written = json.loads(simpletuner(CheckpointConfig("torch"), quantization))
+    assert keys.items() <= written.items() and written["gradient_checkpointing"] is True
+
+
+def test_a_cut_simpletuner_cannot_express_comes_with_the_fastest_schedule_it_can():
+    from ckptlib.extrapolate import Estimate
+    from ckptlib.planner import Candidate, ScheduleSearch
+    from sweep.plan.planning import assumed_throughput, describe_outcome
+
+    def candidate(config, peak_mib, seconds):
+        return Candidate(config, Estimate({"step": peak_mib * MIB}, 1, 0, 0), seconds, interpolated=False)
+
+    cut, whole = CheckpointConfig("torch", blocks=11), CheckpointConfig("torch", interval=2, stride=4)
+    plan = ScheduleSearch(
+        [candidate(CheckpointConfig("none"), 30, 1.0), candidate(cut, 20, 1.1), candidate(whole, 22, 1.2)],
+        baseline=None,
+    )
+    planned = Request("synthetic", "ckptlib.synthetic.build", "tiny", 24 * MIB, "24 MiB", quantization="int8-sdnq")
+    lines = describe_outcome(planned, plan, assumed_throughput("cuda", "pcie5"), plan.candidates[1], None)
+    at = lines.index(next(line for line in lines if line.startswith("fastest schedule SimpleTuner can express")))
+    assert f"{describe(whole)}, predicted 22.00 MiB and 1.200 s/step" in lines[at]
+    assert json.loads(lines[at + 1].removeprefix("  SimpleTuner: ")) == {
+        "base_model_precision": "int8-sdnq",
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_backend": "torch",
+        "gradient_checkpointing_interval": 2,
+        "gradient_checkpointing_segment_stride": 4,
+    }
+    assert lines[at + 2] == "  measure it: " + run_command(planned, whole)
+
+
+def test_the_printed_run_line_measures_exactly_the_planned_cell(tmp_path):
+    """Pasted as printed (the measure settings aside), it measures the planned model, shape,
+    training and schedule, not the default sweep."""
     config = CheckpointConfig("torch", interval=2, blocks=5)
+    planned = Request("synthetic", "ckptlib.synthetic.build", "tiny", 1, "1 MiB", training="frozen", device="cpu")
+    line = run_command(planned, config)
+    assert line.startswith("ckpt-sweep run sweep=none family=synthetic preset=tiny training=frozen quantization=none ")
     db = tmp_path / "r.db"
-    overrides = run_override(config).split()
-    done = run_sweep(db, "sweep=none", "family=synthetic", "preset=tiny", *FAST, *overrides)
+    done = run_sweep(db, *line.split()[2:], *FAST[:2])
     assert done.returncode == 0, done.stderr[-2000:]
-    ((mode, status, report),) = query(db, "select mode, status, report from cells")
-    assert (mode, status) == ("planned", "ok")
+    ((family, preset, training, mode, status, report),) = query(
+        db, "select family, preset, training, mode, status, report from cells"
+    )
+    assert (family, preset, training, mode, status) == ("synthetic", "tiny", "frozen", "planned", "ok")
     assert json.loads(report)["plans"]["blocks"] == str(ckptlib.plan_blocks(8, config))
+    own = Request("mine", "my_model.build", "small", 1, "1 MiB")
+    assert "family._target_=my_model.build family.name=mine preset=small" in run_command(own, config)
 
 
 # Budgets halfway between no checkpointing and the smallest schedule (4.56 / 2.64, 1.44 / 1.07 and
@@ -82,7 +134,12 @@ def test_plan_verb_prints_stores_and_draws(tmp_path, capsys):
           "--quantization", "int8-torchao", "--db", db, "--out", str(tmp_path)])  # fmt: skip
     out = capsys.readouterr().out
     assert "synthetic cpu-256 (lora, int8-torchao base) on 45.00 MiB card" in out
-    assert "recommended:" in out and "SimpleTuner:" in out and "ckpt-sweep run:" in out and "ckptlib:" in out
+    assert "recommended:" in out and "ckptlib:" in out
+    assert '  SimpleTuner: {"base_model_precision": "int8-torchao", "gradient_checkpointing": ' in out
+    assert (
+        "  measure it: ckpt-sweep run sweep=none family=synthetic preset=cpu-256 training=lora quantization=int8-torchao"
+        in out
+    )
     png = next((tmp_path / "plots").glob("plan-*.png"))
     assert png.stat().st_size > 10_000
     rows = query(

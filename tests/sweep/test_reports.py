@@ -256,16 +256,38 @@ def test_advise_applies_the_docs_rule(vram, expected):
     assert advice.mode == expected
     if expected is None:
         assert "nothing recorded fits" in str(advice) and "closest: unsloth at 10.50 GiB" in str(advice)
+        assert "a quantized base (int8-torchao, fp8-torchao, int8-sdnq, int8-sdnq-hadamard)" in str(advice)
+        assert "predict them (ckpt-sweep run sweep=none family=toy preset=p quantization=int8-torchao" in str(advice)
     else:
         assert f"use: {expected}" in str(advice)
     assert "interval2" in str(advice)  # the OOM cell is listed as not completed
 
 
+def test_when_nothing_fits_advise_says_what_fits_with_a_quantized_base():
+    int8 = HAND_CHECKED.assign(quantization="int8-torchao", peak_bytes=HAND_CHECKED["peak_bytes"] - 5 * 2**30)
+    fp8 = HAND_CHECKED.assign(
+        quantization="fp8-torchao", provenance="predicted", peak_bytes=HAND_CHECKED["peak_bytes"] - 2**30
+    )
+    lines = str(advise(pd.concat([HAND_CHECKED, int8, fp8]), "toy", parse_size("10GiB"))).splitlines()
+    at = lines.index("nothing fits at this precision; with another base precision:")
+    assert lines[at + 1].startswith("  fp8-torchao: unsloth does not fit either at 9.50 GiB (predicted);")
+    assert lines[at + 2] == (
+        "  int8-torchao: unsloth fits at 5.50 GiB (measured); "
+        "ckpt-sweep advise --family toy --preset p --quantization int8-torchao ... answers in full"
+    )
+
+
 def test_advise_rejects_unknown_input():
     with pytest.raises(ValueError, match="cannot read memory size 'lots'"):
         parse_size("lots")
-    with pytest.raises(ValueError, match="no recorded cells for family 'other'"):
-        advise(HAND_CHECKED, "other", parse_size("48GiB"))
+    with pytest.raises(ValueError, match="no recorded cells for family 'other'") as refused:
+        advise(HAND_CHECKED, "other", parse_size("48GiB"), quantization="int8-torchao")
+    # and how to get some: the commands, whole
+    assert "(ckpt-sweep run sweep=none family=other quantization=int8-torchao mode=none,torch-ffn," in str(
+        refused.value
+    )
+    assert "predict=true)" in str(refused.value)
+    assert "(ckpt-sweep plan --family other --card ... --quantization int8-torchao)" in str(refused.value)
     assert parse_size("24GB") == parse_size("24G") == parse_size("24GiB") == parse_size("24") == 24 * 2**30
     assert parse_size("512MiB") == 512 * 2**20
 

@@ -44,7 +44,7 @@ def test_a_bad_attention_value_is_refused_in_one_line(tmp_path):
     done = run_sweep(tmp_path / "a.db", "sweep=none", "preset=tiny", "mode=none", "attention=fast", *FAST)
     assert done.returncode != 0
     assert done.stderr.strip() == (
-        "ckpt-sweep: attention=fast: unknown value 'fast'; valid: auto, math, flash, efficient, cudnn"
+        "ckpt-sweep: attention=fast: unknown value 'fast'; did you mean 'flash'? valid: auto, math, flash, efficient, cudnn"
     )
     assert not (tmp_path / "a.db").exists()
 
@@ -105,7 +105,7 @@ def test_the_compile_axis_through_the_sweep_and_its_table(tmp_path):
     "override, message",
     [
         ("compile=regional,max", "compile=regional,max: unknown value 'max'; valid: none, regional, full"),
-        ("dtype=fp64", "dtype=fp64: unknown value 'fp64'; valid: auto, bf16, fp16, fp32"),
+        ("dtype=fp64", "dtype=fp64: unknown value 'fp64'; did you mean 'fp16'? valid: auto, bf16, fp16, fp32"),
         ("run.rerun=some", "run.rerun=some: unknown value 'some'; valid: none, failed, all"),
     ],
     ids=["compile", "dtype", "run.rerun"],
