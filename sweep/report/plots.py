@@ -118,7 +118,7 @@ def tradeoff_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
     front = pareto_front(points)
     ax.plot(front["sec"], front["peak"] / size, color="tab:red", zorder=3, label="Pareto frontier")
     _card_lines(ax, unit, points["peak"].max() / size, horizontal=True)
-    ax.set_xlabel("sec/step (median of the measured steps)")
+    ax.set_xlabel("sec/step (median of the measured steps, or as published)")
     ax.set_ylabel(f"peak {unit}")
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper right", fontsize=8)
@@ -171,7 +171,8 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
                 if len(points) < 2 or (matrix.family != "synthetic" and f"/{preset}" not in matrix.table_id):
                     continue
                 name = slug("-".join(x for x in (matrix.family, matrix.sweep, hardware, preset) if x))
-                path = draw(points, f"{matrix.family} {preset} on {hardware}", out_dir / f"{name}.png")
+                published = " (published by the docs)" if set(points["provenance"]) == {Provenance.PUBLISHED} else ""
+                path = draw(points, f"{matrix.family} {preset} on {hardware}{published}", out_dir / f"{name}.png")
                 plots.setdefault(matrix.table_id, []).append(path)
     return plots
 
