@@ -31,13 +31,13 @@ verbs:
 
 
 def run(args: list[str]) -> None:
-    from sweep.config.structured import enum_problem, group_problem
+    from sweep.config.structured import name_problem
     from sweep.report.pages import run_matrix
     from sweep.run import progress
     from sweep.run.app import hydra_app, start_sweep
     from sweep.run.interruption import handled
 
-    if problem := enum_problem(args) or group_problem(args):
+    if problem := name_problem(args):
         sys.exit(f"ckpt-sweep: {problem}")
     alone = ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i", "-sc", "--shell-completion")
     if not any(a in alone for a in args):
@@ -314,13 +314,12 @@ def plan_verb(args: list[str]) -> None:
 
 
 def _builder_path(family: str) -> str:
-    from ckptlib.families import all_families
+    from sweep.config.structured import builtin_builder
 
-    if family == "synthetic":
-        return "ckptlib.synthetic.build"
-    if family not in all_families():
+    builder = builtin_builder(family)
+    if builder is None:
         raise ValueError(f"unknown family {family!r}; a ckptlib family, synthetic, or your own with --builder")
-    return f"ckptlib.families.builders.{family}"
+    return builder
 
 
 def new_family(args: list[str]) -> None:

@@ -140,22 +140,6 @@ def enum_fields(schema=SweepConfig, prefix: str = "") -> dict[str, type[Enum]]:
     return found
 
 
-def enum_problem(overrides: list[str]) -> str | None:
-    """One line for the first override that gives an enum key a word it does not know (Hydra's own
-    message spans lines); sweep functions (`choice(...)`, ...) are left to Hydra. A quoted word
-    (`training='frozen'`) is the word."""
-    known = enum_fields()
-    for override in overrides:
-        key, equals, value = override.partition("=")
-        key = key.lstrip("+~")
-        if not equals or key not in known or "(" in value:
-            continue
-        problem = unknown_word(f"{key}={value}", value, [m.name for m in known[key]])
-        if problem:
-            return problem
-    return None
-
-
 # the config groups of conf/ and the ConfigStore (register): a value is a file or a stored node
 GROUPS = ("family", "mode", "quantization", "sweep", "launcher")
 
@@ -187,17 +171,24 @@ def _searchpath(overrides: list[str]) -> tuple[Path, ...] | None:
     return tuple(folders)
 
 
-def group_problem(overrides: list[str]) -> str | None:
-    """One line, with the closest names, for a config group value that no config defines (Hydra's
-    own message spans lines); left to Hydra where the searchpath has a package in it."""
-    searchpath = _searchpath(overrides)
-    if searchpath is None:
-        return None
+def name_problem(overrides: list[str]) -> str | None:
+    """One line, with the closest names, for the first override that gives an enum key or a config
+    group a word nothing defines (Hydra's own message spans lines). Sweep functions (`choice(...)`)
+    are left to Hydra, and so are group values where the searchpath has a package in it; a quoted
+    word (`training='frozen'`) is the word."""
+    enums, searchpath = enum_fields(), _searchpath(overrides)
     for override in overrides:
         key, equals, value = override.partition("=")
-        if not equals or key not in GROUPS or "(" in value:
+        key = key.lstrip("+~")
+        if not equals or "(" in value:
             continue
-        problem = unknown_word(override, value, group_options(key, searchpath))
+        if key in enums:
+            words = [m.name for m in enums[key]]
+        elif key in GROUPS and searchpath is not None:
+            words = group_options(key, searchpath)
+        else:
+            continue
+        problem = unknown_word(f"{key}={value}", value, words)
         if problem:
             return problem
     return None
@@ -249,6 +240,16 @@ def _modes(which: str) -> str:
     return ",".join({"docs": list(MODES), "synthetic": list(SYNTHETIC_MODES)}[which])
 
 
+def builtin_builder(family: str) -> str | None:
+    """The import path of a built-in family's build function (synthetic or a ckptlib family); None
+    for any other name."""
+    from ckptlib.families import all_families
+
+    if family == "synthetic":
+        return "ckptlib.synthetic.build"
+    return f"ckptlib.families.builders.{family}" if family in all_families() else None
+
+
 def register() -> None:
     """Schema, mode presets, quantizations, every family, and the resolvers the configs use."""
     from ckptlib.families import all_families
@@ -259,9 +260,8 @@ def register() -> None:
         store.store(group="mode", name=name, node=mode_config(name, config))
     for name in QUANTIZATION_NAMES:
         store.store(group="quantization", name=name, node=QuantizationConfig(name))
-    store.store(group="family", name="synthetic", node=FamilyConfig("synthetic", "ckptlib.synthetic.build"))
-    for name in all_families():
-        store.store(group="family", name=name, node=FamilyConfig(name, f"ckptlib.families.builders.{name}"))
+    for name in ("synthetic", *all_families()):
+        store.store(group="family", name=name, node=FamilyConfig(name, builtin_builder(name)))
     resolvers = {
         "run_name": default_run_name,
         "families": _families,

@@ -15,7 +15,7 @@ from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.units import format_bytes
 from sweep.config.cell import Cell
-from sweep.config.structured import ModeConfig
+from sweep.config.structured import ModeConfig, builtin_builder
 from sweep.machine.cards import HOST_LINKS
 from sweep.store.results import CellResult
 from sweep.vocabulary import Provenance, Status
@@ -272,10 +272,9 @@ def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
 def run_command(request: Request, config: CheckpointConfig) -> str:
     """The `ckpt-sweep run` line that measures exactly the planned cell: its model, shape, training
     and base precision, and the schedule."""
-    builtin = request.builder in (f"ckptlib.families.builders.{request.family}", "ckptlib.synthetic.build")
-    family = (
-        f"family={request.family}" if builtin else f"family._target_={request.builder} family.name={request.family}"
-    )
+    family = f"family={request.family}"
+    if request.builder != builtin_builder(request.family):  # the user's own model
+        family = f"family._target_={request.builder} family.name={request.family}"
     cell = f"preset={request.preset} training={request.training} quantization={request.quantization}"
     return f"ckpt-sweep run sweep=none {family} {cell} {run_override(config)}"
 

@@ -107,6 +107,8 @@ def test_the_printed_run_line_measures_exactly_the_planned_cell(tmp_path):
     assert json.loads(report)["plans"]["blocks"] == str(ckptlib.plan_blocks(8, config))
     own = Request("mine", "my_model.build", "small", 1, "1 MiB")
     assert "family._target_=my_model.build family.name=mine preset=small" in run_command(own, config)
+    renamed = Request("mine", "ckptlib.synthetic.build", "tiny", 1, "1 MiB")  # a built-in builder, named otherwise
+    assert "family._target_=ckptlib.synthetic.build family.name=mine preset=tiny" in run_command(renamed, config)
 
 
 # Budgets halfway between no checkpointing and the smallest schedule (4.56 / 2.64, 1.44 / 1.07 and
