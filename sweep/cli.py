@@ -297,8 +297,8 @@ def plan_verb(args: list[str]) -> None:
         vram, margin = _card(options)
         card = options.card or f"{format_bytes(vram)} card"
         request = Request(
-            options.family, target, preset, int(vram * (1 - margin)), card, options.training,
-            options.quantization, options.device, options.link, options.hardware,
+            options.family, target, preset, vram, card, options.training,
+            options.quantization, options.device, options.link, options.hardware, margin=margin,
         )  # fmt: skip
         engine = _engine(options.db, create=True)
         outcome = make_plan(request, engine, progress=lambda label: print(f"  planning: {label}", flush=True))

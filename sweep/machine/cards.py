@@ -4,8 +4,9 @@ the plots' card lines read. Defined once."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ckptlib.units import GIB, MIB
+from ckptlib.units import GIB, MIB, format_bytes
 
 # Cards are sold in "GB" that are GiB-sized (a 24 GB card has 24 GiB), so GB and G read as GiB.
 _UNITS = {"gib": GIB, "gb": GIB, "g": GIB, "": GIB, "mib": MIB, "mb": MIB, "m": MIB}
@@ -28,6 +29,41 @@ PLOTTED = ("RTX 4090", "L40S", "H100 80GB", "H200")  # the cards plots draw a li
 DEFAULT_MARGIN = 0.10  # the share of a card advise and plan keep free
 # Host links, bytes per second one way, as offload copies reach them (pinned buffers).
 HOST_LINKS = {"pcie4": 25e9, "pcie5": 55e9, "nvlink-c2c": 450e9}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What of a card a step's peak may use, and the words advise and plan both say it in: the card
+    less the share kept free; a peak counts with the device memory its allocator never sees (the
+    CUDA context, ckptlib.predict's device model), which a peak figure leaves out."""
+
+    card_bytes: int
+    margin: float = DEFAULT_MARGIN
+    context_bytes: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return int(self.card_bytes * (1 - self.margin))
+
+    def need(self, peak_bytes: int) -> int:
+        return peak_bytes + self.context_bytes  # a number, or a column of them
+
+    def fits(self, peak_bytes: int) -> bool:
+        return self.need(peak_bytes) <= self.bytes
+
+    def heading(self) -> str:
+        """'budget 21.59 GiB (a 23.99 GiB card less the 10% margin; each peak counts with 0.50 GiB of CUDA context)'"""
+        context = f"; each peak counts with {format_bytes(self.context_bytes)} of CUDA context" if self.context_bytes else ""
+        kept = f" less the {self.margin:.0%} margin" if self.margin else ""
+        return f"budget {format_bytes(self.bytes)} (a {format_bytes(self.card_bytes)} card{kept}{context})"
+
+    def against(self, peak_bytes: int) -> str:
+        """'23.13 GiB + 0.50 GiB context = 23.63 GiB, 2.04 GiB over the budget' (or '..., 1.20 GiB to spare')."""
+        need = self.need(peak_bytes)
+        total = f"{format_bytes(peak_bytes)} + {format_bytes(self.context_bytes)} context = " if self.context_bytes else ""
+        left = self.bytes - need
+        verdict = f"{format_bytes(-left)} over the budget" if left < 0 else f"{format_bytes(left)} to spare"
+        return f"{total}{format_bytes(need)}, {verdict}"
 
 
 def parse_size(text: str) -> int:

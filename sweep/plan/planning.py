@@ -16,7 +16,7 @@ from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.units import format_bytes
 from sweep.config.cell import Cell
 from sweep.config.structured import ModeConfig, builtin_builder
-from sweep.machine.cards import HOST_LINKS
+from sweep.machine.cards import HOST_LINKS, Budget
 from sweep.store.results import CellResult
 from sweep.vocabulary import Provenance, Status
 
@@ -33,7 +33,7 @@ class Request:
     family: str
     builder: str  # import path of its build function
     preset: str
-    budget_bytes: int  # the card less its margin
+    card_bytes: int
     card: str  # how the card was named (a plan's hardware label)
     training: str = "lora"
     quantization: str = "none"  # the base weights' (ckptlib.quantize.NAMES)
@@ -41,6 +41,18 @@ class Request:
     link: str = "pcie5"
     hardware: str | None = None  # calibrate on cells measured there
     workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+    margin: float = 0.0  # the share of the card kept free
+
+    @property
+    def budget(self) -> Budget:
+        """The card less its margin, a peak counted with the device model's context."""
+        from ckptlib.predict import DEVICE_MODELS
+
+        return Budget(self.card_bytes, self.margin, DEVICE_MODELS[self.device].context_bytes)
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.budget.bytes
 
 
 @dataclass
@@ -165,8 +177,8 @@ def describe_outcome(
     checked: Estimate | None,
 ) -> list[str]:
     lines = [
-        f"{request.family} {request.preset} ({describe_training(request)}) on {request.card}: budget "
-        f"{format_bytes(request.budget_bytes)}; {len(plan.candidates)} schedules from {plan.predictions} "
+        f"{request.family} {request.preset} ({describe_training(request)}) on {request.card}: "
+        f"{request.budget.heading()}; {len(plan.candidates)} schedules from {plan.predictions} "
         f"shallow predictions ({request.device} device model)",
         f"step time: {throughput.description}",
     ]
@@ -175,10 +187,9 @@ def describe_outcome(
     baseline = plan.baseline
     if recommended is None:
         closest = plan.smallest()
-        over = closest.peak_bytes + closest.estimate.context_bytes - request.budget_bytes
         lines.append(
-            f"nothing fits: the smallest peak is {describe(closest.config)} at {format_bytes(closest.peak_bytes)}, "
-            f"{format_bytes(over)} over the budget"
+            f"nothing fits: the smallest peak is {describe(closest.config)}: "
+            f"{request.budget.against(closest.peak_bytes)}"
         )
         if request.quantization == "none":
             others = ", ".join(q for q in QUANTIZATION_NAMES if q not in ("none", "int8-torchao"))
@@ -189,11 +200,10 @@ def describe_outcome(
         return lines
     overhead = recommended.seconds / baseline.seconds - 1 if baseline and baseline.seconds else float("nan")
     peak = checked.peak_bytes if checked else recommended.peak_bytes
-    margin = request.budget_bytes - peak - recommended.estimate.context_bytes
     lines += [
         f"recommended: {describe(recommended.config)}",
-        f"  predicted peak {format_bytes(peak)} (a full prediction; the planner's estimate was "
-        f"{format_bytes(recommended.peak_bytes)}), margin {format_bytes(margin)}",
+        f"  predicted peak {request.budget.against(peak)} (a full prediction; the planner's estimate was "
+        f"{format_bytes(recommended.peak_bytes)})",
         f"  predicted {recommended.seconds:.3f} s/step, {overhead:+.1%} over no checkpointing",
         "  SimpleTuner: " + simpletuner(recommended.config, request.quantization),
         "  measure it: " + run_command(request, recommended.config),

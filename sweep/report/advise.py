@@ -12,7 +12,7 @@ import pandas as pd
 
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.units import GIB
-from sweep.machine.cards import DEFAULT_MARGIN
+from sweep.machine.cards import DEFAULT_MARGIN, Budget
 from sweep.vocabulary import Provenance, Status
 
 from .matrices import variant
@@ -70,11 +70,11 @@ def advise(
     measured, hardware, notes = _measured_on(chosen[chosen["provenance"] != Provenance.PREDICTED], family, hardware)
     device_kind = "cpu" if (hardware or "").startswith("CPU:") else "cuda"
     predicted = _standing_in(chosen[chosen["provenance"] == Provenance.PREDICTED], measured, device_kind)
-    budget = int(vram_bytes * (1 - margin))
+    budget = Budget(vram_bytes, margin, context_bytes(device_kind))
     sources = ", ".join(sorted(set(measured["provenance"]))) or "no measured"
     head = [
-        f"{family} {chosen['preset'].iloc[0]} on a {vram_bytes / GIB:.1f} GiB card: budget {budget / GIB:.2f} GiB "
-        f"({margin:.0%} safety margin), {sources} data" + (f" from {hardware}" if hardware else ""),
+        f"{family} {chosen['preset'].iloc[0]}: {budget.heading()}; {sources} data"
+        + (f" from {hardware}" if hardware else ""),
         *notes,
     ]
     if not predicted.empty:
@@ -91,7 +91,7 @@ def advise(
     mode, verdict = _verdict(ok, predicted, budget)
 
     def fit(peak: int) -> str:
-        return "fits" if peak <= budget else "over budget"
+        return "fits" if budget.fits(peak) else "over budget"
 
     described = [f"  {r.mode:22s} {text:24s} {fit(r.peak_bytes)}" for r, text in zip(ok.itertuples(), cell_texts(ok))]
     described += [
@@ -108,16 +108,24 @@ def advise(
     if failed:
         lines += ["did not run to completion:", *failed]
     lines += lines_plan
-    return Advice(mode, hardware or (predicted["hardware"].iloc[0] if not predicted.empty else "?"), budget, lines)
+    hardware = hardware or (predicted["hardware"].iloc[0] if not predicted.empty else "?")
+    return Advice(mode, hardware, budget.bytes, lines)
 
 
-def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: int) -> list[str]:
+def context_bytes(device_kind: str) -> int:
+    """The device memory a recorded peak leaves out (the CUDA context; none on a CPU)."""
+    from ckptlib.predict import DEVICE_MODELS
+
+    return DEVICE_MODELS[device_kind].context_bytes
+
+
+def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: Budget) -> list[str]:
     """Recommendations of stored plans (`ckpt-sweep plan`) for this family and preset that fit the budget."""
     chosen = planned[(planned["family"] == family) & (planned["preset"] == preset)]
     lines = []
     for cell in chosen.itertuples():
         report = cell.report or {}
-        if report.get("recommended") and cell.peak_bytes <= budget:
+        if report.get("recommended") and budget.fits(cell.peak_bytes):
             seconds = (cell.report or {}).get("predicted_s_per_step", float("nan"))
             lines.append(
                 f"stored plan ({cell.hardware}): {report.get('schedule')}, predicted {cell.peak_bytes / GIB:.2f} GiB, "
@@ -126,7 +134,9 @@ def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: int) 
     return lines
 
 
-def _other_precisions(cells: pd.DataFrame, family: str, preset: str, quantization: str, budget: int) -> list[str]:
+def _other_precisions(
+    cells: pd.DataFrame, family: str, preset: str, quantization: str, budget: Budget
+) -> list[str]:
     """When nothing fits: what fits with another base precision recorded for this model and shape
     (the smallest peak of each), else how to find out for the quantized bases."""
     others = cells[
@@ -139,7 +149,7 @@ def _other_precisions(cells: pd.DataFrame, family: str, preset: str, quantizatio
     lines = []
     for other, group in others.groupby("quantization", sort=True):
         smallest = group.sort_values("peak_bytes").iloc[0]
-        verdict = "fits" if smallest.peak_bytes <= budget else "does not fit either"
+        verdict = "fits" if budget.fits(smallest.peak_bytes) else "does not fit either"
         lines.append(
             f"  {other}: {smallest['mode']} {verdict} at {smallest.peak_bytes / GIB:.2f} GiB ({smallest.provenance}); "
             f"ckpt-sweep advise --family {family} --preset {preset} --quantization {other} ... answers in full"
@@ -225,10 +235,10 @@ def _standing_in(predicted: pd.DataFrame, measured: pd.DataFrame, device_kind: s
     return predicted.assign(_rank=predicted["mode"].map(lambda m: rank.get(m, len(rank)))).sort_values("_rank")
 
 
-def _verdict(ok: pd.DataFrame, predicted: pd.DataFrame, budget: int) -> tuple[str | None, list[str]]:
+def _verdict(ok: pd.DataFrame, predicted: pd.DataFrame, budget: Budget) -> tuple[str | None, list[str]]:
     """The docs' rule: no checkpointing if it fits, else the fastest measured mode that fits, else the
     cheapest predicted one; when nothing fits, what comes closest."""
-    fits, predicted_fits = ok[ok["peak_bytes"] <= budget], predicted[predicted["peak_bytes"] <= budget]
+    fits, predicted_fits = ok[budget.fits(ok["peak_bytes"])], predicted[budget.fits(predicted["peak_bytes"])]
     caution = "(a prediction, not a measurement: measure it before relying on it)"
     if not fits[fits["mode"] == "none"].empty:
         r = fits[fits["mode"] == "none"].iloc[0]
@@ -261,8 +271,5 @@ def _verdict(ok: pd.DataFrame, predicted: pd.DataFrame, budget: int) -> tuple[st
     figures = pd.concat([ok[["mode", "peak_bytes"]], predicted[["mode", "peak_bytes"]]])
     if not figures.empty:
         r = figures.sort_values("peak_bytes").iloc[0]
-        verdict.append(
-            f"closest: {r['mode']} at {r.peak_bytes / GIB:.2f} GiB, {(r.peak_bytes - budget) / GIB:.2f} GiB "
-            f"over the budget"
-        )
+        verdict.append(f"closest: {r['mode']}: {budget.against(r.peak_bytes)}")
     return None, verdict

@@ -2,6 +2,7 @@
 
 import json
 
+import pandas as pd
 import pytest
 
 import ckptlib
@@ -10,6 +11,7 @@ from ckptlib.planner import describe
 from ckptlib.units import MIB
 from sweep.plan.planning import Request, ckptlib_line, make_plan, run_command, run_override, simpletuner
 from sweep.plan.verify import verify
+from sweep.report.advise import advise
 from tests.support.sweeps import FAST, query, run_sweep
 
 
@@ -18,17 +20,34 @@ def request(budget_mib: float, preset: str = "cpu-256", family: str = "synthetic
     return Request(family, builder, preset, int(budget_mib * MIB), f"{budget_mib} MiB", device="cpu", workers=1)
 
 
-def test_a_budget_below_the_smallest_peak_says_how_far_off_the_closest_is():
-    outcome = make_plan(request(1), None)
+def test_a_budget_below_the_smallest_peak_says_how_far_off_the_closest_is_in_the_words_advise_uses():
+    card = 540 * MIB  # on the CUDA device model each peak counts with its 512 MiB context
+    planned = Request("synthetic", "ckptlib.synthetic.build", "tiny", card, "540 MiB", workers=1, margin=0.01)
+    outcome = make_plan(planned, None)
     assert outcome.recommended is None
+    assert "budget 534.60 MiB (a 540.00 MiB card less the 1% margin; each peak counts with 512.00 MiB" in (
+        outcome.lines[0]
+    )
     (line,) = [line for line in outcome.lines if line.startswith("nothing fits")]
     hint = outcome.lines[outcome.lines.index(line) + 1]
     assert hint.endswith(
         "run the same command with --quantization int8-torchao (or fp8-torchao, int8-sdnq, int8-sdnq-hadamard)"
     )
     closest = outcome.plan.smallest()
-    assert describe(closest.config) in line
-    assert f"{(closest.peak_bytes - MIB) / MIB:.2f} MiB over the budget" in line
+    need = closest.peak_bytes + 512 * MIB
+    arithmetic = (
+        f"{closest.peak_bytes / MIB:.2f} MiB + 512.00 MiB context = {need / MIB:.2f} MiB, "
+        f"{(need - int(card * 0.99)) / MIB:.2f} MiB over the budget"
+    )
+    assert line == f"nothing fits: the smallest peak is {describe(closest.config)}: {arithmetic}"
+    # advise, asked the same about the same prediction, says the same
+    cell = {"family": "synthetic", "preset": "tiny", "tokens": 32, "quantization": "none", "config": None,
+            "hardware": "predicted: cuda", "provenance": "predicted", "device": "predicted:cuda", "kind": "cuda",
+            "mode": "layer", "status": "oom", "sec_per_step": None, "peak_bytes": closest.peak_bytes,
+            "iqr_s": None, "predicted_bytes": None, "host_load": None}  # fmt: skip
+    advice = str(advise(pd.DataFrame([cell]), "synthetic", card, margin=0.01))
+    assert outcome.lines[0].split(": ", 1)[1].split(";")[0] in advice
+    assert f"closest: layer: {arithmetic}" in advice
 
 
 @pytest.mark.parametrize(
