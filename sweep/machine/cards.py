@@ -53,17 +53,17 @@ class Budget:
 
     def heading(self) -> str:
         """'budget 21.59 GiB (a 23.99 GiB card less the 10% margin; each peak counts with 0.50 GiB of CUDA context)'"""
-        context = f"; each peak counts with {format_bytes(self.context_bytes)} of CUDA context" if self.context_bytes else ""
+        context = self.context_bytes and f"; each peak counts with {format_bytes(self.context_bytes)} of CUDA context"
         kept = f" less the {self.margin:.0%} margin" if self.margin else ""
-        return f"budget {format_bytes(self.bytes)} (a {format_bytes(self.card_bytes)} card{kept}{context})"
+        return f"budget {format_bytes(self.bytes)} (a {format_bytes(self.card_bytes)} card{kept}{context or ''})"
 
     def against(self, peak_bytes: int) -> str:
         """'23.13 GiB + 0.50 GiB context = 23.63 GiB, 2.04 GiB over the budget' (or '..., 1.20 GiB to spare')."""
         need = self.need(peak_bytes)
-        total = f"{format_bytes(peak_bytes)} + {format_bytes(self.context_bytes)} context = " if self.context_bytes else ""
+        total = self.context_bytes and f"{format_bytes(peak_bytes)} + {format_bytes(self.context_bytes)} context = "
         left = self.bytes - need
         verdict = f"{format_bytes(-left)} over the budget" if left < 0 else f"{format_bytes(left)} to spare"
-        return f"{total}{format_bytes(need)}, {verdict}"
+        return f"{total or ''}{format_bytes(need)}, {verdict}"
 
 
 def parse_size(text: str) -> int:

@@ -134,9 +134,7 @@ def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: Budge
     return lines
 
 
-def _other_precisions(
-    cells: pd.DataFrame, family: str, preset: str, quantization: str, budget: Budget
-) -> list[str]:
+def _other_precisions(cells: pd.DataFrame, family: str, preset: str, quantization: str, budget: Budget) -> list[str]:
     """When nothing fits: what fits with another base precision recorded for this model and shape
     (the smallest peak of each), else how to find out for the quantized bases."""
     others = cells[

@@ -25,8 +25,9 @@ def test_a_budget_below_the_smallest_peak_says_how_far_off_the_closest_is_in_the
     planned = Request("synthetic", "ckptlib.synthetic.build", "tiny", card, "540 MiB", workers=1, margin=0.01)
     outcome = make_plan(planned, None)
     assert outcome.recommended is None
-    assert "budget 534.60 MiB (a 540.00 MiB card less the 1% margin; each peak counts with 512.00 MiB" in (
-        outcome.lines[0]
+    assert (
+        "budget 534.60 MiB (a 540.00 MiB card less the 1% margin; each peak counts with 512.00 MiB"
+        in (outcome.lines[0])
     )
     (line,) = [line for line in outcome.lines if line.startswith("nothing fits")]
     hint = outcome.lines[outcome.lines.index(line) + 1]
