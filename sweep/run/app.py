@@ -19,7 +19,7 @@ from sweep.config.structured import Rerun
 from sweep.machine import environment
 from sweep.store import database as store
 from sweep.store.results import CellResult
-from sweep.vocabulary import RETRYABLE, Provenance, Status
+from sweep.vocabulary import RETRYABLE, JobOutcome, Provenance, Status
 
 from . import cpu_guard, progress
 from .isolation import preload_note, run_isolated
@@ -146,6 +146,9 @@ def model_of(cell: Cell) -> str | None:
     return fingerprint(cell.builder, cell.preset, shape, cell.training, cell.lora_rank, cell.quantization)
 
 
+CLAIM_SLACK_S = 60  # a claim outlives its cell's time limit by this much (recording, a slow start)
+
+
 def execute(cfg: DictConfig) -> dict:
     """Run (or skip) one cell and record it. Never raises for an outcome of the cell itself."""
     cell = cell_from_config(cfg)
@@ -157,18 +160,44 @@ def execute(cfg: DictConfig) -> dict:
     elif not should_run(previous and previous.status, cfg.run.rerun.name):
         note = None if cfg.predict else settings_note(previous, cfg)
         return {**summary, "status": previous.status, "skipped": True, "note": note}
+    timeout_s, limited_by = time_limit(cfg.measure.timeout_s)
+    claimed = store.claim_cell(state.engine, state.run_id, cell.key, timeout_s + CLAIM_SLACK_S)
+    other = measured_elsewhere(claimed, previous)
+    if other is not None:
+        if claimed.held:
+            store.release_claim(state.engine, state.run_id, cell.key)
+        return {**summary, **other, "skipped": True}
+    try:
+        result = measured(cfg, cell, state.device, timeout_s, limited_by)
+    except BaseException:  # an interrupted cell leaves its claim to the next writer at once
+        store.release_claim(state.engine, state.run_id, cell.key)
+        raise
+    recorded = record(cell, state, result, model)
+    return {**recorded, "note": changed or recorded["note"]}
+
+
+def measured_elsewhere(claimed: store.Claimed, previous: store.Recorded | None) -> dict | None:
+    """The status and note of a cell another writer of the run is measuring, or recorded since
+    this sweep read the run (NOTE [ One writer per cell ]); None when it is this sweep's to measure."""
+    if not claimed.held:
+        return {"status": JobOutcome.SKIPPED, "note": f"skipped: another sweep ({claimed.holder}) is measuring it"}
+    now = claimed.recorded
+    if now is not None and (previous is None or now.attempt > previous.attempt):
+        return {"status": now.status, "note": "skipped: another sweep recorded it while this one ran"}
+    return None
+
+
+def measured(cfg: DictConfig, cell: Cell, device: str, timeout_s: float, limited_by: str | None) -> CellResult:
+    """The cell's result: run in an isolated child, or `invalid` when its settings are no config."""
     try:
         cell.checkpoint_config()
     except ValueError as error:
-        result = CellResult(Status.INVALID, str(error))
-    else:
-        task, args = cell_task(cfg, cell, state.device)
-        timeout_s, limited_by = time_limit(cfg.measure.timeout_s)
-        result = run_isolated(task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
-        if result.status == Status.TIMEOUT and limited_by:
-            result.reason = f"{limited_by}: {result.reason}"
-    recorded = record(cell, state, result, model)
-    return {**recorded, "note": changed or recorded["note"]}
+        return CellResult(Status.INVALID, str(error))
+    task, args = cell_task(cfg, cell, device)
+    result = run_isolated(task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase)
+    if result.status == Status.TIMEOUT and limited_by:
+        result.reason = f"{limited_by}: {result.reason}"
+    return result
 
 
 def cell_summary(cell: Cell) -> dict:

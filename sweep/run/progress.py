@@ -63,7 +63,7 @@ def summary_table(results: list[dict]) -> Table:
             r.get("status", "?"),
             f"{r['sec_per_step']:.4f}s" if ok else "",
             format_bytes(r["peak_bytes"]) if ok and r.get("peak_bytes") is not None else "",
-            "skipped (already recorded)" if r.get("skipped") else (r.get("reason") or "")[:80],
+            (r.get("note") or "skipped (already recorded)") if r.get("skipped") else (r.get("reason") or "")[:80],
         )
     return table
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy import create_engine, delete, event, func, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -36,7 +37,7 @@ from sweep.vocabulary import Provenance
 
 from .migrations import SchemaTooNew, schema_version, upgrade
 from .results import CellResult, throughput
-from .schema import SCHEMA_VERSION, CellRow, Run, Sample, now
+from .schema import SCHEMA_VERSION, CellRow, Claim, Run, Sample, now
 
 SCHEMA_LOCK_ID = 0x636B7074  # "ckpt": the advisory lock schema changes take on PostgreSQL
 RECONNECT_DELAYS_S = (0.5, 1, 2, 4, 8, 15)  # about 30 s: long enough for a server restart
@@ -294,18 +295,102 @@ class Recorded:
     steps: int | None = None
     warmup_steps: int | None = None
     model: str | None = None  # the fingerprint of the model it measured (a builder of one's own)
+    attempt: int = 1
+
+
+_RECORDED = (CellRow.cell_key, CellRow.status, CellRow.steps, CellRow.warmup_steps, CellRow.versions, CellRow.attempt)
+
+
+def _recorded(row) -> Recorded:
+    _key, status, steps, warmup, versions, attempt = row
+    return Recorded(status, steps, warmup, (versions or {}).get("model"), attempt)
 
 
 def completed_cells(engine: Engine, run_id: int) -> dict[str, Recorded]:
     """cell key -> what is recorded of every cell's current attempt in the run."""
-    query = select(CellRow.cell_key, CellRow.status, CellRow.steps, CellRow.warmup_steps, CellRow.versions).where(
-        CellRow.run_id == run_id, CellRow.is_current.is_(True)
-    )
+    query = select(*_RECORDED).where(CellRow.run_id == run_id, CellRow.is_current.is_(True))
     with Session(engine) as session:
-        return {
-            key: Recorded(status, steps, warmup, (versions or {}).get("model"))
-            for key, status, steps, warmup, versions in session.execute(query)
-        }
+        return {row[0]: _recorded(row) for row in session.execute(query)}
+
+
+# NOTE [ One writer per cell ]: two sweeps may write one run at once (two terminals, a resubmitted
+# array job, a pod beside a laptop). Each reads what the run holds when it starts, so each would
+# measure every cell the other had not finished. Before measuring, a writer claims the cell (one
+# claim row per run and cell key), in a transaction that also reads the cell's current attempt: a
+# cell another live writer holds, or one recorded since this writer read the run, is not measured
+# again. A claim ends with its attempt's record (same transaction) or when its writer gives it up; a
+# writer that died leaves one that expires after the cell's time limit, or at once when the owner
+# was a process of this host that no longer exists.
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What claiming a cell found: whether this writer holds it now, the writer that does
+    otherwise, and the cell's current attempt as the run holds it now."""
+
+    held: bool
+    holder: str | None = None
+    recorded: Recorded | None = None
+
+
+def writer() -> str:
+    """This process as a claim's owner."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _gone(claim: Claim, moment: dt.datetime) -> bool:
+    """A claim whose writer stopped: expired, or a process of this host that no longer exists."""
+    expires = claim.expires_at if claim.expires_at.tzinfo else claim.expires_at.replace(tzinfo=dt.UTC)
+    host, _, pid = claim.owner.rpartition(":")
+    if expires < moment:
+        return True
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: alive
+        return False
+    return False
+
+
+def claim_cell(engine: Engine, run_id: int, key: str, hold_s: float, owner: str | None = None) -> Claimed:
+    """Claim a cell for `owner` (this process) for `hold_s` seconds: NOTE [ One writer per cell ]."""
+    owner = owner or writer()
+
+    def write() -> Claimed:
+        with Session(engine) as session, session.begin():
+            moment = now()
+            claim = session.get(Claim, (run_id, key), with_for_update=True)
+            this_cell = (CellRow.run_id == run_id, CellRow.cell_key == key, CellRow.is_current.is_(True))
+            current = session.execute(select(*_RECORDED).where(*this_cell)).first()
+            recorded = _recorded(current) if current else None
+            if claim is not None and claim.owner != owner and not _gone(claim, moment):
+                return Claimed(False, claim.owner, recorded)
+            expires = moment + dt.timedelta(seconds=hold_s)
+            if claim is None:
+                session.add(Claim(run_id=run_id, cell_key=key, owner=owner, expires_at=expires))
+            else:
+                claim.owner, claim.expires_at = owner, expires
+            return Claimed(True, None, recorded)
+
+    try:
+        return reconnecting(engine, write)
+    except IntegrityError:  # PostgreSQL: another writer inserted the claim first; it holds it
+        return reconnecting(engine, write)
+
+
+def release_claim(engine: Engine, run_id: int, key: str, owner: str | None = None) -> None:
+    """Give up a claim this writer holds (a cell it chose not to measure, or an interrupted one)."""
+
+    def write() -> None:
+        with Session(engine) as session, session.begin():
+            session.execute(
+                delete(Claim).where(Claim.run_id == run_id, Claim.cell_key == key, Claim.owner == (owner or writer()))
+            )
+
+    reconnecting(engine, write)
 
 
 def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
@@ -380,8 +465,8 @@ def record_cell(
     shape: dict | None = None,
     versions: dict | None = None,
 ) -> int:
-    """Record one attempt of a cell with its samples, in one transaction; earlier attempts stay, no
-    longer current. Returns the attempt number."""
+    """Record one attempt of a cell with its samples, in one transaction that also ends the cell's
+    claim; earlier attempts stay, no longer current. Returns the attempt number."""
 
     def write() -> int:
         with Session(engine) as session, session.begin():
@@ -397,6 +482,7 @@ def record_cell(
             row = _cell_row(cell, key, result, worker=worker, shape=shape, versions=versions, attempt=attempts + 1)
             row.run_id = run_id
             session.add(row)
+            session.execute(delete(Claim).where(Claim.run_id == run_id, Claim.cell_key == key))
             return attempts + 1
 
     return reconnecting(engine, write)

@@ -6,7 +6,8 @@ version 2 widens byte and count columns to 64 bits, keeps every attempt of a cel
 shape the model saw and the versions that measured each cell, and stores empty JSON as NULL;
 version 3 adds the spread of the measured steps and the host's load; version 4 the throughput
 (samples per step, their unit, samples/s), the attention kernel that ran, the numerics columns and
-the profile summary; version 5 the steps until a cell's times settle (compilation's tail).
+the profile summary; version 5 the steps until a cell's times settle (compilation's tail); version 6
+the claims table (a cell being measured, so two writers never measure it twice).
 Upgrades run in the caller's transaction: a failed one leaves the database as it was.
 """
 
@@ -154,4 +155,9 @@ def _to_version_5(connection: Connection) -> None:
     _add_missing_columns(connection, CellRow.__table__)
 
 
-UPGRADES = {2: _to_version_2, 3: _to_version_3, 4: _to_version_4, 5: _to_version_5}
+def _to_version_6(connection: Connection) -> None:
+    """Claims of cells being measured: a database before had none."""
+    Base.metadata.tables["claims"].create(connection)
+
+
+UPGRADES = {2: _to_version_2, 3: _to_version_3, 4: _to_version_4, 5: _to_version_5, 6: _to_version_6}

@@ -2,7 +2,8 @@
 upgrade is in sweep/store/migrations.py).
 
 Every byte and count column is 64-bit (PostgreSQL's INTEGER is 32-bit: a 24 GiB peak would not
-fit). A cell re-run is a new attempt; the earlier ones stay, marked not current.
+fit). A cell re-run is a new attempt; the earlier ones stay, marked not current. A cell being
+measured holds a claim, so two sweeps writing one run at once never measure it twice.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from sweep.vocabulary import Provenance
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 JSON_OR_NULL = JSON(none_as_null=True)  # None is SQL NULL, not the JSON text 'null'
 
 
@@ -150,3 +151,15 @@ class Sample(Base):
     seconds: Mapped[float] = mapped_column(Float)
     warmup: Mapped[bool] = mapped_column(Boolean)
     cell: Mapped[CellRow] = relationship(back_populates="samples")
+
+
+class Claim(Base):
+    """A cell some writer is measuring now (NOTE [ One writer per cell ] in sweep/store/database.py):
+    at most one per (run, cell key); gone when its attempt is recorded."""
+
+    __tablename__ = "claims"
+
+    run_id: Mapped[int] = mapped_column(Integer, ForeignKey("runs.id"), primary_key=True)
+    cell_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))  # host:pid of the process measuring it
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))  # then another writer may take it

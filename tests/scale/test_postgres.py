@@ -8,7 +8,13 @@ import pytest
 
 from tests.support.postgres import ROOT, rows
 from tests.support.sweeps import FAST, start_sweep
-from tests.sweep.test_store import GIB, check_upgraded, first_round_database, round_trip
+from tests.sweep.test_store import (
+    GIB,
+    check_upgraded,
+    claims_hold_one_writer_per_cell,
+    first_round_database,
+    round_trip,
+)
 
 
 @pytest.fixture
@@ -31,6 +37,10 @@ def test_postgres_stores_80_gib_peaks(postgres_url):
     assert rows(postgres_url, "select peak_bytes, host_offload_peak_bytes, weight_bytes from cells") == [
         (80 * GIB, 40 * GIB, 24 * GIB)
     ]
+
+
+def test_postgres_claims_hold_one_writer_per_cell(postgres_url):
+    claims_hold_one_writer_per_cell(postgres_url)
 
 
 def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):

@@ -2,6 +2,7 @@
 databases (SQLite and PostgreSQL, in place), attempts kept, reconnects across a server restart,
 and files that cannot be used refused in one line with nothing written."""
 
+import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -43,6 +44,36 @@ def round_trip(url: str) -> None:
     [cell] = load_cells(engine, select_runs(engine)).to_dict("records")
     assert (cell["peak_bytes"], cell["tokens"]) == (80 * GIB, 16384)
     engine.dispose()
+
+
+def claims_hold_one_writer_per_cell(url: str) -> None:
+    """NOTE [ One writer per cell ]: a held cell is refused to another writer; its record ends the
+    claim; an expired claim, or one of a process of this host that is gone, is taken over."""
+    engine = store.open_store(url)
+    run_id = store.get_or_create_run(engine, "claims", "CPU: x")
+    here, there = "elsewhere:1", "elsewhere:2"
+    assert store.claim_cell(engine, run_id, "k", 3600, owner=here) == store.Claimed(True)
+    assert store.claim_cell(engine, run_id, "k", 3600, owner=there) == store.Claimed(False, here)
+    assert store.claim_cell(engine, run_id, "k", 3600, owner=here).held  # its own writer again
+    store.record_cell(engine, run_id, CELL, "k", big_result())
+    after = store.claim_cell(engine, run_id, "k", 3600, owner=there)
+    assert after.held and (after.recorded.status, after.recorded.attempt) == ("ok", 1)
+    store.release_claim(engine, run_id, "k", owner=there)
+    assert store.claim_cell(engine, run_id, "k", 3600, owner=here).held
+
+    store.claim_cell(engine, run_id, "expired", -1, owner=here)
+    assert store.claim_cell(engine, run_id, "expired", 3600, owner=there).held
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    store.claim_cell(engine, run_id, "dead", 3600, owner=f"{socket.gethostname()}:{finished.pid}")
+    assert store.claim_cell(engine, run_id, "dead", 3600, owner=there).held
+    store.claim_cell(engine, run_id, "alive", 3600, owner=store.writer())  # this process, alive
+    assert store.claim_cell(engine, run_id, "alive", 3600, owner=there) == store.Claimed(False, store.writer())
+    engine.dispose()
+
+
+def test_sqlite_claims_hold_one_writer_per_cell(tmp_path):
+    claims_hold_one_writer_per_cell(f"sqlite:///{tmp_path / 'claims.db'}")
 
 
 def test_sqlite_round_trips_80_gib_peaks(tmp_path):
