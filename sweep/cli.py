@@ -285,10 +285,9 @@ def plan_verb(args: list[str]) -> None:
     options = parser.parse_args(args)
     from ckptlib.units import format_bytes
     from sweep.config.builders import BuilderError, builder_default_preset, import_builder
-    from sweep.plan.planning import Request, check_quantization, make_plan, store
+    from sweep.plan.planning import Request, check_quantization, make_plan, plot_name, store
     from sweep.plan.verify import verify
     from sweep.report.plots import plan_plot
-    from sweep.report.text import slug
 
     try:
         check_quantization(options.quantization)
@@ -306,7 +305,7 @@ def plan_verb(args: list[str]) -> None:
         sys.exit(f"ckpt-sweep: {error}")
     print("\n".join(outcome.lines))
     run_id = store(engine, outcome)
-    name = slug(f"plan-{request.family}-{preset}-{card}")
+    name = plot_name(request)
     picture = plan_plot(outcome, Path(options.out) / "plots" / f"{name}.png")
     print(f"stored as run {run_id} (provenance planned); the frontier: {picture}")
     if options.verify and outcome.recommended is not None:

@@ -18,6 +18,8 @@ import torch
 
 from ckptlib import CheckpointConfig
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
+from ckptlib.modes import MODES
+from ckptlib.plan import describe_blocks
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -109,8 +111,13 @@ class Cell:
         )
 
     def describe(self) -> str:
+        """How progress lines and the sweep's summary name the cell: whatever tells it apart from
+        the cells beside it (a compile mode, an attention backend, a LoRA rank) included."""
         shape = "".join(f" {k}={v}" for k, v in sorted(self.shape.items()))
-        return f"{self.family}/{self.preset}{shape} {self.mode} q={self.quantization} {self.training}"
+        values = asdict(self)
+        named = ", ".join(setting_label(s, values[s]) for s in differing(values, self.mode))
+        mode = f"{self.mode} ({named})" if named else self.mode
+        return f"{self.family}/{self.preset}{shape} {mode} q={self.quantization} {self.training}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,3 +157,30 @@ def cell_from_config(cfg) -> Cell:
         return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
     return Cell(**{name: _value(name, select(f.metadata["config"])) for name, f in FIELDS.items()})
+
+
+def differing(values: dict[str, Any], mode: str) -> list[str]:
+    """The settings a label must name for one cell (`values` as recorded; None: not recorded, as
+    in published cells): checkpointing settings other than its mode's preset's, run settings other
+    than their defaults."""
+    preset = MODES.get(mode)
+    named = [
+        s
+        for s in LABELS["checkpoint"]
+        if preset is not None
+        and values.get(s) is not None
+        and _comparable(s, values[s]) != _comparable(s, getattr(preset, s))
+    ]
+    return named + [s for s in LABELS["run"] if values.get(s) not in (None, default(s))]
+
+
+def _comparable(name: str, value):
+    """Blocks as words (a recorded list, a tuple, an int, or words already); anything else as it is."""
+    if name != "blocks" or value is None or isinstance(value, str):
+        return value
+    return describe_blocks(tuple(value) if isinstance(value, list) else value)
+
+
+def setting_label(name: str, value: Any) -> str:
+    """'interval 3', 'compile regional', 'LoRA rank 64', 'first 12 blocks': a setting's value as labels say it."""
+    return FIELDS[name].metadata["label"].format(_comparable(name, value))

@@ -17,6 +17,7 @@ from ckptlib.units import format_bytes
 from sweep.config.cell import Cell
 from sweep.config.structured import ModeConfig, builtin_builder
 from sweep.machine.cards import HOST_LINKS, Budget
+from sweep.report.text import slug
 from sweep.store.results import CellResult
 from sweep.vocabulary import Provenance, Status
 
@@ -234,6 +235,12 @@ def describe_training(request: Request) -> str:
     if request.quantization == "none":
         return request.training
     return f"{request.training}, {request.quantization} base"
+
+
+def plot_name(request: Request) -> str:
+    """The frontier's file name: one per model, training, base precision, card and device model,
+    so that no plan's picture overwrites another's."""
+    return slug(f"plan-{request.family}-{request.preset}-{describe_training(request)}-{request.card}-{request.device}")
 
 
 def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | None, rows: int = 14) -> list[str]:

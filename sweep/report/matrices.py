@@ -17,7 +17,7 @@ from ckptlib.modes import MODES
 from ckptlib.plan import describe_blocks
 from ckptlib.quantize import precision_label
 from ckptlib.units import unit_for
-from sweep.config.cell import FIELDS, LABELS, default
+from sweep.config.cell import FIELDS, LABELS, default, differing, setting_label
 from sweep.vocabulary import Provenance, Status
 
 from .text import BUSY_LOAD, BUSY_MARK, NOISY_MARK, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS, cell_texts, slug
@@ -40,6 +40,7 @@ class Matrix:
     sources: list[str] = field(default_factory=list)
     footnotes: list[str] = field(default_factory=list)
     legend: str = ""  # what a cell says and what its marks mean
+    shared: list[str] = field(default_factory=list)  # what every cell shares, as the title says it
 
     def markdown(self) -> str:
         table = self.frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
@@ -65,7 +66,7 @@ def _settings(config) -> dict:
 def _describe(setting: str, value) -> str:
     if setting.startswith("shape."):
         return f"{setting.removeprefix('shape.')} {value}"
-    return {**CHECKPOINT_SETTINGS, **RUN_SETTINGS}[setting].format(value)
+    return setting_label(setting, value)
 
 
 def recorded_setting(config, name: str):
@@ -75,19 +76,16 @@ def recorded_setting(config, name: str):
     return default(name) if recorded is None else recorded
 
 
+def _shape_overrides(values: dict) -> list[str]:
+    return sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens" and values[s] is not None)
+
+
 def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
     """A cell's settings that differ from its mode's preset and the harness defaults, as text
     ('' for a default cell): what tells near-duplicate cells apart across runs. Settings in
     `shown_elsewhere` (a plot's marker says the dtype) are left out."""
-    values, preset = _settings(config), MODES.get(mode)
-    values = {k: (None if k in shown_elsewhere else v) for k, v in values.items()}
-    named = [
-        s
-        for s in CHECKPOINT_SETTINGS
-        if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
-    ]
-    named += [s for s in LABELS["run"] if values[s] not in (None, default(s))]
-    named += sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens" and values[s] is not None)
+    values = {k: (None if k in shown_elsewhere else v) for k, v in _settings(config).items()}
+    named = differing(values, mode) + _shape_overrides(values)
     return ", ".join(_describe(s, values[s]) for s in named)
 
 
@@ -98,27 +96,42 @@ def mode_label(family: str, mode: str, config, shown_elsewhere: tuple[str, ...] 
     return f"{name} ({differs})" if differs else name
 
 
-def _qualifiers(cells: pd.DataFrame, rows: list[str]) -> pd.Series:
-    """Per cell, the settings its heading must name: checkpointing settings that differ from its
-    mode's preset, and settings that differ between cells sharing a row and mode (each cell then
-    names its value where it is not the table's usual one)."""
+# NOTE [ A heading means one thing ]: a column heading names what ran, whatever data sits beside
+# it. A bare mode name is that mode at its preset and the harness defaults (eager, the default
+# attention kernel, LoRA rank 16); a cell that differs says how (`No checkpoint (compile regional)`),
+# the same words its plot point and progress line use. What every cell of a table shares (training
+# and LoRA rank, a compile mode, a single token count or shape override) is said once, in the
+# table's title; a setting the rows already name (precision) is not repeated.
+TABLE_WIDE = ("training", "lora_rank", *(s for s in LABELS["run"] if s not in ("dtype", "lora_rank")))
+
+
+def _qualifiers(cells: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """Per cell, what its heading adds to the mode's name (NOTE [ A heading means one thing ]), and
+    the settings every cell of the table shares, as the title says them."""
     settings = pd.DataFrame([_settings(c) for c in cells["config"]], index=cells.index, dtype=object)
     settings = settings.where(settings.notna(), None)
-    keyed = pd.concat([cells[rows].astype(object), cells["mode"], settings.fillna("-")], axis=1)
-    varying = [s for s in settings.columns if keyed.groupby([*rows, "mode"], dropna=False)[s].nunique().max() > 1]
-    usual = {s: settings[s].fillna("-").mode().iloc[0] for s in varying}
+    shared = {s: settings[s].iloc[0] for s in settings.columns if settings[s].fillna("-").nunique() == 1}
 
-    def qualifier(index) -> str:
-        values, preset = settings.loc[index], MODES.get(cells.at[index, "mode"])
-        named = [
-            s
-            for s in CHECKPOINT_SETTINGS
-            if preset is not None and values[s] is not None and values[s] != getattr(preset, s)
-        ]
-        named += [s for s in varying if s not in named and values[s] is not None and values[s] != usual[s]]
-        return f" ({', '.join(_describe(s, values[s]) for s in named)})" if named else ""
+    def heading(mode: str, values: dict) -> str:
+        own = [s for s in differing(values, mode) if s in CHECKPOINT_SETTINGS or (s not in shared and s != "dtype")]
+        own += [s for s in ("training",) if s not in shared and values[s] not in (None, default(s))]
+        own += [s for s in _shape_overrides(values) if s not in shared]
+        return f" ({', '.join(_describe(s, values[s]) for s in own)})" if own else ""
 
-    return pd.Series([qualifier(i) for i in cells.index], index=cells.index)
+    named = [heading(mode, values) for mode, values in zip(cells["mode"], settings.to_dict("records"))]
+    return pd.Series(named, index=cells.index, dtype=object), _table_wide(shared)
+
+
+def _table_wide(shared: dict) -> list[str]:
+    """What every cell of a table shares and its title says: training (with the LoRA rank), run
+    settings other than their defaults, shape overrides and a single token count."""
+    words = []
+    if shared.get("training") is not None:
+        rank = shared.get("lora_rank")
+        words.append(shared["training"] + (f", LoRA rank {rank}" if shared["training"] == "lora" and rank else ""))
+    words += [_describe(s, shared[s]) for s in TABLE_WIDE[2:] if shared.get(s) not in (None, default(s))]
+    words += [_describe(s, shared[s]) for s in sorted(shared) if s.startswith("shape.") and shared[s] is not None]
+    return words
 
 
 def offloaded_nothing(report) -> str | None:
@@ -210,14 +223,21 @@ def _quantization_order(cells: pd.DataFrame) -> list[str]:
     return [q for q in QUANTIZATION_ORDER if q in present] + sorted(present - set(QUANTIZATION_ORDER))
 
 
-def _pivot(
-    cells: pd.DataFrame, rows: list[str], label: dict[str, str], order: list[str], every_column: bool
-) -> tuple[pd.DataFrame, list[str], str]:
-    """Rows by `rows`, one column per mode heading (the docs' order, each mode's variants after it);
-    the footnotes and the legend line."""
+@dataclass
+class Pivot:
+    frame: pd.DataFrame
+    footnotes: list[str]
+    legend: str
+    shared: list[str]  # what every cell shares, for the title (NOTE [ A heading means one thing ])
+
+
+def _pivot(cells: pd.DataFrame, rows: list[str], label: dict[str, str], order: list[str], every_column: bool) -> Pivot:
+    """Rows by `rows`, one column per mode heading (the docs' order, each mode's variants after it),
+    the footnotes, the legend line and what the title says every cell shares."""
     unit = table_unit(cells)
     texts, notes = _footnoted(cells, cell_texts(cells, unit))
-    cells = cells.assign(column=cells["mode"].map(lambda m: label.get(m, m)) + _qualifiers(cells, rows), text=texts)
+    qualifiers, shared = _qualifiers(cells)
+    cells = cells.assign(column=cells["mode"].map(lambda m: label.get(m, m)) + qualifiers, text=texts)
     matrix = cells.pivot_table(index=rows, columns="column", values="text", aggfunc="last", observed=True)
     base = [label.get(m, m) for m in order]
 
@@ -229,22 +249,34 @@ def _pivot(
     matrix = matrix.reindex(columns=sorted(columns, key=rank)).astype(object).fillna(NOT_RUN)
     matrix.columns.name = None
     frame = matrix.reset_index().rename(columns=HEADINGS)
-    return frame, notes, legend(cells, unit, [str(t) for row in frame.itertuples(index=False) for t in row])
+    line = legend(cells, unit, [str(t) for row in frame.itertuples(index=False) for t in row])
+    return Pivot(frame, notes, line, shared)
 
 
 HEADINGS = {"hardware": "Hardware", "tokens": "Tokens", "precision": "Precision"}
 
 
-def synthetic_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str], str]:
-    """Rows hardware (x tokens x precision when the sweep has several), columns the docs' mode names."""
+def synthetic_matrix(cells: pd.DataFrame) -> Pivot:
+    """Rows hardware (x tokens x precision when the sweep has several), columns the docs' mode names;
+    a single token count or precision goes to the title."""
     cells = cells.assign(precision=precision(cells))
-    rows = ["hardware", *(axis for axis in ("tokens", "precision") if cells[axis].nunique(dropna=True) > 1)]
-    return _pivot(cells, rows, SYNTHETIC_COLUMNS, list(SYNTHETIC_COLUMNS), every_column=True)
+    varies = {axis: cells[axis].nunique(dropna=True) > 1 for axis in ("tokens", "precision")}
+    table = _pivot(
+        cells, ["hardware", *(a for a in varies if varies[a])], SYNTHETIC_COLUMNS, list(SYNTHETIC_COLUMNS), True
+    )
+    single = [f"{int(cells['tokens'].dropna().iloc[0])} tokens"] if cells["tokens"].nunique() == 1 else []
+    single += [str(cells["precision"].iloc[0])] if not varies["precision"] else []
+    table.shared = single + [w for w in table.shared if not w.startswith("tokens ")]
+    return table
 
 
-def family_matrix(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str], str]:
+def family_matrix(cells: pd.DataFrame) -> Pivot:
     """Rows precision (docs order), columns modes (docs order)."""
     return _pivot(cells.assign(precision=precision(cells)), ["precision"], {}, list(MODES), every_column=False)
+
+
+def titled(title: str, table: Pivot) -> str:
+    return f"{title}; {', '.join(table.shared)}" if table.shared else title
 
 
 def resolution(height, width, frames) -> str:
@@ -254,13 +286,20 @@ def resolution(height, width, frames) -> str:
     return text + (f", {int(frames)} frames" if not pd.isna(frames) else "")
 
 
+def _matrix(table_id: str, family: str, sweep: str, title: str, table: Pivot, cells: pd.DataFrame) -> Matrix:
+    return Matrix(
+        table_id, family, sweep, titled(title, table), table.frame, _sources(cells), table.footnotes, table.legend,
+        table.shared,
+    )  # fmt: skip
+
+
 def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
     matrices = []
     for (family, sweep), group in cells.groupby(["family", "run_name"], sort=True):
         if family == "synthetic":
-            frame, notes, line = synthetic_matrix(group)
-            title = f"{family}: {sweep}"
-            matrices.append(Matrix(f"{family}/{sweep}", family, sweep, title, frame, _sources(group), notes, line))
+            matrices.append(
+                _matrix(f"{family}/{sweep}", family, sweep, f"{family}: {sweep}", synthetic_matrix(group), group)
+            )
             continue
         group = group.assign(
             resolution=[resolution(h, w, f) for h, w, f in zip(group["height"], group["width"], group["frames"])]
@@ -272,6 +311,5 @@ def build_matrices(cells: pd.DataFrame) -> list[Matrix]:
                     f"/{slug(shape)}" if len(shapes) > 1 else ""
                 )
                 title = f"{family}: {sweep}, {preset}{f' ({shape})' if shape else ''} on {hardware}"
-                frame, notes, line = family_matrix(piece)
-                matrices.append(Matrix(table_id, family, sweep, title, frame, _sources(piece), notes, line))
+                matrices.append(_matrix(table_id, family, sweep, title, family_matrix(piece), piece))
     return matrices

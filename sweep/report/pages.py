@@ -102,10 +102,13 @@ def write_reports(
 
 
 def plans_page(plans) -> str:
-    """Each stored plan: its recommendation and its frontier, every figure a prediction."""
+    """Each stored plan (one per model, training, base precision and card): its recommendation and
+    its frontier, every figure a prediction."""
     parts = ["# Stored plans\n", "Every figure here is predicted (`ckpt-sweep plan`): nothing ran.\n"]
-    for (family, preset, hardware), cells in plans.groupby(["family", "preset", "hardware"], sort=True):
-        parts.append(f"## {family} {preset} on {hardware}\n")
+    keys = ["family", "preset", "training", "quantization", "hardware"]
+    for (family, preset, training, quantization, hardware), cells in plans.groupby(keys, sort=True, dropna=False):
+        base = "" if quantization == "none" else f", {quantization} base"
+        parts.append(f"## {family} {preset} ({training}{base}) on {hardware}\n")
         parts += ["| | schedule | predicted peak | predicted sec/step |", "|---|---|---|---|"]
         for cell in cells.sort_values("peak_bytes").itertuples():
             mark = "**recommended**" if (cell.report or {}).get("recommended") else ""

@@ -165,14 +165,18 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
     for matrix in matrices:
         for frame, draw in ((timed, tradeoff_plot), (predicted, memory_plot)):
             part = frame[(frame["family"] == matrix.family) & (frame["run_name"] == matrix.sweep)]
-            for (hardware, _, preset), points in part.groupby(
+            for (hardware, tokens, preset), points in part.groupby(
                 ["hardware", "tokens", "preset"], sort=True, dropna=False
             ):
                 if len(points) < 2 or (matrix.family != "synthetic" and f"/{preset}" not in matrix.table_id):
                     continue
-                name = slug("-".join(x for x in (matrix.family, matrix.sweep, hardware, preset) if x))
+                count = "" if pd.isna(tokens) else f"{int(tokens)} tokens"
+                # one file per table, hardware and shape: none overwrites another
+                name = slug("-".join(x for x in (matrix.family, matrix.sweep, hardware, preset, count) if x))
                 published = " (published by the docs)" if set(points["provenance"]) == {Provenance.PUBLISHED} else ""
-                path = draw(points, f"{matrix.family} {preset} on {hardware}{published}", out_dir / f"{name}.png")
+                shared = "; " + ", ".join(w for w in matrix.shared if w != count) if matrix.shared else ""
+                title = f"{matrix.family} {preset}{f', {count}' if count else ''} on {hardware}{published}{shared}"
+                path = draw(points, title, out_dir / f"{name}.png")
                 plots.setdefault(matrix.table_id, []).append(path)
     return plots
 

@@ -69,3 +69,23 @@ def test_every_recorded_cell_key_is_what_its_config_gives_today():
         values = {k: tuple(v) if k == "blocks" and isinstance(v, list) else v for k, v in json.loads(config).items()}
         assert Cell(**values).key == key, values
     assert set(LATER_FIELDS) == {"blocks", "dtype", "attention", "compile", "offload_stash_depth", "offload_prefetch"}
+
+
+def test_a_progress_line_tells_cells_apart_by_every_setting_that_differs():
+    """Progress lines and the sweep's summary name a cell by Cell.describe: cells that differ only
+    in compile mode, attention kernel, LoRA rank or a checkpointing setting read differently."""
+    base = dict(family="synthetic", builder="ckptlib.synthetic.build", preset="tiny", mode="layer", backend="torch")
+    lines = {
+        Cell(**base).describe(),
+        Cell(**base, compile="regional").describe(),
+        Cell(**base, attention="math").describe(),
+        Cell(**base, lora_rank=64).describe(),
+        Cell(**base, interval=3).describe(),
+    }
+    assert lines == {
+        "synthetic/tiny layer q=none lora",
+        "synthetic/tiny layer (compile regional) q=none lora",
+        "synthetic/tiny layer (math attention) q=none lora",
+        "synthetic/tiny layer (LoRA rank 64) q=none lora",
+        "synthetic/tiny layer (interval 3) q=none lora",
+    }

@@ -193,3 +193,26 @@ def test_bad_plan_arguments_are_one_line(tmp_path, arguments, message):
     with pytest.raises(SystemExit) as exit:
         main(["plan", *arguments, "--db", f"sqlite:///{tmp_path}/p.db"])
     assert message in str(exit.value) and "\n" not in str(exit.value)
+
+
+def test_plans_of_one_card_at_two_precisions_keep_their_own_table_and_picture():
+    """A bf16 and an int8 plan for the same card: two tables in plans.md, two file names."""
+    from sweep.plan.planning import plot_name
+    from sweep.report.pages import plans_page
+
+    bf16 = Request("flux1", "ckptlib.families.builders.flux1", "dev", 24 * 2**30, "RTX 4090")
+    int8 = Request(
+        "flux1", "ckptlib.families.builders.flux1", "dev", 24 * 2**30, "RTX 4090", quantization="int8-torchao"
+    )
+    assert plot_name(bf16) != plot_name(int8)
+    plans = pd.DataFrame(
+        [
+            {"family": "flux1", "preset": "dev", "training": "lora", "quantization": q, "hardware": "RTX 4090 (cuda model)",
+             "mode": "planned", "peak_bytes": peak, "report": {"recommended": True, "schedule": "unsloth"}}
+            for q, peak in (("none", 23 * 2**30), ("int8-torchao", 12 * 2**30))
+        ]
+    )  # fmt: skip
+    page = plans_page(plans)
+    assert "## flux1 dev (lora) on RTX 4090 (cuda model)" in page
+    assert "## flux1 dev (lora, int8-torchao base) on RTX 4090 (cuda model)" in page
+    assert page.count("**recommended**") == 2

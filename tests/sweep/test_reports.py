@@ -547,3 +547,72 @@ def test_an_offload_that_moved_nothing_says_why(tmp_path):
     assert row["activation-offload"].endswith("[1]") and not row["seg2-stride4-offload"].endswith("]")
     assert "[1] offloads nothing: all" in text and "the same work as Torch layer" in text
     engine.dispose()
+
+
+def record(engine, run_id: int, hardware_cells: list[tuple[dict, float]], tokens: int = 256) -> None:
+    """Cells of the synthetic cpu-256 preset with the settings given, each with its sec/step."""
+    from sweep.config.cell import Cell
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
+
+    base = dict(family="synthetic", builder="ckptlib.synthetic.build", preset="cpu-256", backend="torch")
+    for settings, seconds in hardware_cells:
+        cell = Cell(**{**base, **settings})
+        result = CellResult("ok", sec_per_step=seconds, peak_bytes=2**30)
+        store.record_cell(engine, run_id, cell.as_dict(), cell.key, result, shape={"tokens": tokens})
+
+
+def test_a_heading_names_what_ran_whatever_data_sits_beside_it(tmp_path):
+    """NOTE [ A heading means one thing ]: the bare mode is the eager cell, and stays so when
+    compiled cells outnumber it; the title says what every cell shares; a plot point, a progress
+    line and the heading use the same words."""
+    from sweep.config.cell import Cell
+    from sweep.report.matrices import mode_label
+    from sweep.store import database as store
+
+    engine = open_store(f"sqlite:///{tmp_path / 'compile.db'}")
+    here = store.get_or_create_run(engine, "compile", "CPU: x")
+    none, layer = {"mode": "none", "backend": "none"}, {"mode": "layer"}
+    record(engine, here, [(none, 1.0), ({**none, "compile": "full"}, 0.5), (layer, 2.0)])
+
+    def table():
+        [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
+        return matrix, matrix.frame.set_index("Hardware")
+
+    matrix, frame = table()
+    assert frame.loc["CPU: x", "No checkpoint"].startswith("1.0000s")
+    assert frame.loc["CPU: x", "No checkpoint (compile full)"].startswith("0.5000s")
+    assert matrix.title == "synthetic: compile; 256 tokens, bf16, lora, LoRA rank 16"
+    there = store.get_or_create_run(engine, "compile", "CPU: y")  # compiled cells now the majority
+    record(engine, there, [({**none, "compile": "full"}, 0.25), ({**layer, "compile": "full"}, 0.75)])
+    matrix, frame = table()
+    assert frame.loc["CPU: x", "No checkpoint"].startswith("1.0000s")  # the same column, the same cell
+    assert frame.loc["CPU: y", "No checkpoint"] == "not run"
+    assert frame.loc["CPU: y", "Torch layer (compile full)"].startswith("0.7500s")
+    full = Cell("synthetic", "ckptlib.synthetic.build", "cpu-256", "none", "none", compile="full")
+    assert mode_label("synthetic", "none", full.as_dict()) == "No checkpoint (compile full)"
+    assert "none (compile full)" in full.describe()
+    engine.dispose()
+
+
+def test_a_single_token_count_and_shared_settings_are_in_the_title(tmp_path):
+    """A published table with one row at 16384 tokens keeps its count; cells that all share a
+    compile mode and LoRA rank say so once, in the title, and not in every heading."""
+    from sweep.store import database as store
+
+    source = tmp_path / "one-row.md"
+    source.write_text(
+        "## Packed image latents\n\n| GPU | Tokens | No checkpoint | Torch layer |\n|---|---|---|---|\n"
+        "| H100 | 16384 | 1.0000s / 20.00 GiB | 1.3000s / 12.00 GiB |\n"
+    )
+    engine = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    import_file(engine, source)
+    [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
+    assert "16384 tokens" in matrix.title, matrix.title
+    mine = store.get_or_create_run(engine, "rank64", "CPU: x")
+    shared = {"compile": "regional", "lora_rank": 64}
+    record(engine, mine, [({"mode": "none", "backend": "none", **shared}, 1.0), ({"mode": "layer", **shared}, 2.0)])
+    [matrix] = [m for m in build_matrices(load_cells(engine, select_runs(engine))) if m.sweep == "rank64"]
+    assert matrix.title == "synthetic: rank64; 256 tokens, bf16, lora, LoRA rank 64, compile regional"
+    assert {"No checkpoint", "Torch layer"} <= set(matrix.frame.columns)
+    engine.dispose()
