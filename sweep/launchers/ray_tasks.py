@@ -56,12 +56,26 @@ def launch_tasks(launcher, job_overrides, initial_job_idx: int) -> list:
             launcher.hydra_context, launcher.ray_cfg.remote, config, launcher.task_function, Singleton.get_state()
         )
         started.append((config, task))
-    returns = []
-    for config, task in started:
+    return collect(launcher.ray_cfg.remote, started)
+
+
+def collect(remote, started: list) -> list:
+    """Each task's JobReturn, in the jobs' order, taken as each ends so the driver's progress bar
+    moves (a dead worker's cell recorded `crashed` first)."""
+    import ray
+
+    from sweep.run import progress
+
+    returns: list = [None] * len(started)
+    pending = {task: number for number, (_, task) in enumerate(started)}
+    while pending:
+        (task,), _ = ray.wait(list(pending), num_returns=1)
+        number = pending.pop(task)
         try:
-            returns.append(ray.get(task))
+            returns[number] = ray.get(task)
         except ray.exceptions.RayError as error:  # the worker or its node died: nothing was recorded
-            returns.append(record_crash_on_ray(launcher.ray_cfg.remote, config, error))
+            returns[number] = record_crash_on_ray(remote, started[number][0], error)
+        progress.job_ended(returns[number])
     return returns
 
 

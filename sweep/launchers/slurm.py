@@ -306,13 +306,32 @@ def shared_queue_parameters() -> frozenset[str]:
 
 def collect(jobs) -> list[str | None]:
     """Wait until every task has ended; None for each that left a result, else its SLURM state. A
-    task SLURM says completed may write its result a little later (a network file system)."""
+    task SLURM says completed may write its result a little later (a network file system). Each
+    result moves the driver's progress bar as it lands."""
+    shown: set[int] = set()
     while not all(job.done() for job in jobs):
+        show_results(jobs, shown)
         time.sleep(1)
     deadline = time.monotonic() + RESULT_GRACE_S
     while any(late(job) for job in jobs) and time.monotonic() < deadline:
         time.sleep(1)
+    show_results(jobs, shown)
     return [None if job.paths.result_pickle.exists() else job.state for job in jobs]
+
+
+def show_results(jobs, shown: set[int]) -> None:
+    """Pass each newly landed result to the driver's progress display (once)."""
+    from sweep.run import progress
+
+    for number, job in enumerate(jobs):
+        if number in shown or not job.paths.result_pickle.exists():
+            continue
+        shown.add(number)
+        try:
+            result = job.results()[0]
+        except Exception:  # noqa: BLE001 - a task that raised: Hydra gets its error when the sweep ends
+            continue
+        progress.job_ended(result)
 
 
 def late(job) -> bool:

@@ -40,6 +40,14 @@ def report_phase(phase: str) -> None:
         active.progress.update(active.task, description=f"{active.cell} [{phase}]")
 
 
+def job_ended(job_return) -> None:
+    """A job that ran elsewhere (a Ray task, a SLURM array task) ended: the driver counts it and its
+    bar advances, as Hydra's per-job callback does for jobs of this process (that callback runs on
+    the worker, where there is no bar)."""
+    if active is not None:
+        active.ended(job_return)
+
+
 def interrupted() -> str:
     """Put the progress bar away; the one line an interrupted sweep ends with."""
     if active is None:
@@ -84,6 +92,7 @@ class SweepCallback(Callback):
         self.cell = ""  # the running cell, as the progress bar names it
         self.since = store.now()
         self._scrubbed = False  # the first job scrubs Hydra's saved config of passwords
+        self.on_worker = False  # a copy a launcher shipped to a job's process (__setstate__)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exceptions into warnings and carries on: a sweep must not start
@@ -155,6 +164,7 @@ class SweepCallback(Callback):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.console = Console(stderr=True)
+        self.on_worker = True
 
     def _scrub_hydra_files(self, config: DictConfig) -> None:
         """Hydra saved the sweep's config, database URL and all, before the first job: no password
@@ -177,6 +187,10 @@ class SweepCallback(Callback):
             self.progress.update(self.task, description=self.cell)
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        self.ended(job_return)
+
+    def ended(self, job_return) -> None:
+        """A job ended, here (Hydra's callback) or on a worker (job_ended): count it, advance the bar."""
         try:
             result = job_return.return_value
         except Exception as error:  # noqa: BLE001 - the job itself raised (a harness error); show it
@@ -188,7 +202,7 @@ class SweepCallback(Callback):
         if self.progress is not None:
             counts = " ".join(f"{k}:{v}" for k, v in sorted(self.counts.items()))
             self.progress.update(self.task, advance=1, counts=counts)
-        else:
+        elif not self.on_worker:  # a worker's output reaches the driver's terminal too: the driver says it
             print(json.dumps({k: v for k, v in result.items() if v is not None}), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:

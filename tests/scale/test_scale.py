@@ -53,7 +53,7 @@ def pod_run(tmp_path_factory):
     if postgres_reason() is None:
         postgres = create_database()
         urls["pod"] = postgres[1]
-    timings = {}
+    timings, outputs = {}, {}
     for launcher in ("local", "pod"):
         started = time.perf_counter()
         done = run_sweep(
@@ -67,19 +67,24 @@ def pod_run(tmp_path_factory):
             timeout=600,
         )
         timings[launcher] = time.perf_counter() - started
+        outputs[launcher] = done.stdout
         assert done.returncode == 0, done.stderr[-3000:]
     cells = {launcher: _cell_phase_s(url) for launcher, url in urls.items()}
     print(
         f"\npod/local wall time: {timings['pod']:.1f} s / {timings['local']:.1f} s = {timings['pod'] / timings['local']:.2f}; "
         f"cell phase: {cells['pod']:.1f} s / {cells['local']:.1f} s = {cells['pod'] / cells['local']:.2f}"
     )
-    yield urls, timings, cells
+    yield urls, timings, cells, outputs
     if postgres:
         drop_database(postgres[0])
 
 
 def test_pod_launcher_runs_each_cell_once_in_parallel_on_distinct_workers(pod_run):
-    urls, _, _ = pod_run
+    urls, _, _, outputs = pod_run
+    # the driver itself saw each cell end (its progress bar moves; off a terminal, a JSON line each)
+    for launcher in ("local", "pod"):
+        ended = [json.loads(line) for line in outputs[launcher].splitlines() if line.startswith("{")]
+        assert sorted(line["status"] for line in ended) == ["ok"] * 4, outputs[launcher][-2000:]
     for launcher, workers in (("local", 1), ("pod", 2)):
         assert rows(urls[launcher], "select count(*), count(distinct cell_key) from cells") == [(4, 4)]
         assert rows(urls[launcher], "select count(*) from cells where status != 'ok'") == [(0,)]
