@@ -270,3 +270,39 @@ def test_sbatch_refusals_are_one_line():
     wrapped = CalledProcessError(1, ["sbatch"], output=b"", stderr=b"")
     wrapped.output = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
     assert one_line(wrapped) == "Batch job submission failed: Requested node configuration is not available"
+
+
+def test_each_array_tasks_result_moves_the_drivers_progress_as_it_lands(tmp_path, monkeypatch):
+    """The driver passes each result to the progress display when its file lands, not at the end;
+    a task that ended without one (cancelled) is its SLURM state."""
+    from types import SimpleNamespace
+
+    from sweep.launchers import slurm
+
+    class Task:
+        def __init__(self, name: str, state: str, ended: bool):
+            self.paths = SimpleNamespace(result_pickle=tmp_path / f"{name}.pkl")
+            self.name, self.state, self.ended = name, state, ended
+
+        def done(self) -> bool:
+            return self.ended
+
+        def results(self):
+            return [SimpleNamespace(return_value={"cell": self.name, "status": "ok", "skipped": False})]
+
+        def finish(self) -> None:
+            self.paths.result_pickle.write_text("result")
+            self.ended, self.state = True, "COMPLETED"
+
+    first, cancelled, last = (
+        Task("first", "RUNNING", False),
+        Task("x", "CANCELLED", True),
+        Task("last", "PENDING", False),
+    )
+    first.finish()
+    seen = []
+    monkeypatch.setattr("sweep.run.progress.job_ended", lambda ret: seen.append(ret.return_value["cell"]))
+    polls = iter([lambda: seen.append("poll"), last.finish])
+    monkeypatch.setattr(slurm.time, "sleep", lambda _: next(polls, lambda: None)())
+    assert slurm.collect([first, cancelled, last]) == [None, "CANCELLED", None]
+    assert seen == ["first", "poll", "last"]
