@@ -151,8 +151,8 @@ def diff(args: list[str]) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=220)
-    for line in result.environment:
-        console.print(f"env: {line}")
+    for line in result.environment:  # one line each, however long the value
+        console.print(f"env: {line}", markup=False, highlight=False, no_wrap=True, overflow="ellipsis")
     console.print(rich_table(result))
     name = slug(f"diff-{result.label_a}-vs-{result.label_b}")
     out = Path(options.out)

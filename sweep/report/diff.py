@@ -3,12 +3,14 @@
 A side is a run id or hardware label, optionally `@previous` (each cell's attempt before its
 current one) or `@N` (attempt N), in one database or two (`--db-b`). Cells pair up by what they
 are (family, preset, tokens, mode, precision, training and any setting that differs from the
-defaults), so near-duplicates never cross; a pair measured by different code says so.
+defaults), so near-duplicates never cross; a pair measured by different code says so. Where the
+sides share run names (hardware labels that both ran the same sweeps), cells pair within runs of
+the same name: a sweep that ran on one side only is one line, not a row per cell.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +39,7 @@ class Diff:
     cells: pd.DataFrame  # one row per coordinate, transitions first
     environment: list[str]  # "key: A vs B" for every environment field that differs
     unit: str = "GiB"  # of the memory figures
+    unpaired: list[str] = field(default_factory=list)  # runs of one side that the other did not run
 
     @property
     def transitions(self) -> pd.DataFrame:
@@ -132,15 +135,32 @@ def _figures(frame: pd.DataFrame, column: str) -> pd.Series:
     return frame[column].astype(float).where(frame["status"] == Status.OK)
 
 
+def _pair_runs(a: Side, b: Side, label_a: str, label_b: str) -> tuple[list[str], list[str]]:
+    """The coordinates cells pair on, and a line per run only one side holds (left out): where the
+    sides share a run name, a cell pairs only with one of a run of the same name; two runs of
+    different names (`diff 3 7`) pair whole."""
+    names_a, names_b = set(a.cells["run_name"]), set(b.cells["run_name"])
+    if not names_a & names_b or (len(names_a) == 1 and len(names_b) == 1):
+        return COORDINATES, []
+    lines = []
+    for own, other, label in ((a, names_b, label_a), (b, names_a, label_b)):
+        alone = own.cells[~own.cells["run_name"].isin(other)]
+        for name, cells in alone.groupby("run_name", sort=True):
+            lines.append(f"only on {label}: run {name!r} ({len(cells)} cells)")
+        own.cells = own.cells[own.cells["run_name"].isin(other)]
+    return ["run_name", *COORDINATES], lines
+
+
 def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine | None = None) -> Diff:
     a, b = side(engine, selector_a), side(engine_b or engine, selector_b)
     label_a, label_b = a.label, b.label
     if label_a == label_b:
         label_a, label_b = f"{label_a} (A)", f"{label_b} (B)"
+    coordinates, unpaired = _pair_runs(a, b, label_a, label_b)
     unit = table_unit(pd.concat([a.cells, b.cells]))  # MiB when both sides' peaks are small
     for cells in (a.cells, b.cells):
         cells["text"] = cell_texts(cells, unit)
-    keep = COORDINATES + [
+    keep = coordinates + [
         "status",
         "sec_per_step",
         "peak_bytes",
@@ -153,7 +173,7 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         "cell_id",
         "versions",
     ]
-    merged = a.cells[keep].merge(b.cells[keep], on=COORDINATES, how="outer", suffixes=("_a", "_b"))
+    merged = a.cells[keep].merge(b.cells[keep], on=coordinates, how="outer", suffixes=("_a", "_b"))
     merged = merged.assign(
         sec_a=_figures(merged.rename(columns={"status_a": "status"}), "sec_per_step_a"),
         sec_b=_figures(merged.rename(columns={"status_b": "status"}), "sec_per_step_b"),
@@ -184,7 +204,7 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         for key in sorted(set(a.environment) | set(b.environment))
         if a.environment.get(key) != b.environment.get(key)
     ]
-    return Diff(label_a, label_b, merged, environment, unit)
+    return Diff(label_a, label_b, merged, environment, unit, unpaired)
 
 
 def _number(value, template: str) -> str:
@@ -256,12 +276,21 @@ def columns(diff: Diff) -> list[str]:
 
 
 def rich_table(diff: Diff) -> Table:
-    table = Table(title=f"{diff.label_a} vs {diff.label_b}")
-    for column in columns(diff):
-        table.add_column(column)
+    """The diff as a terminal shows it: a cell's coordinates in one column, samples/s only where a
+    cell has throughput, short headings, and only the cell and change columns folding."""
+    table = Table(title=f"{diff.label_a} vs {diff.label_b}", caption="\n".join(diff.unpaired) or None)
+    throughput = diff.cells[["samples_per_s_a", "samples_per_s_b"]].notna().to_numpy().any()
+    short = {f"time {diff.label_b}/{diff.label_a}": "time B/A", f"memory diff {diff.unit}": f"B-A {diff.unit}"}
+    ratio = f"memory {diff.label_b}/{diff.label_a}"  # the markdown has it; the terminal keeps the difference
+    shown = [c for c in columns(diff)[5:] if c != ratio and (throughput or not c.startswith("samples/s"))]
+    table.add_column("cell", overflow="fold")
+    for column in shown:
+        folds = column == "change"
+        table.add_column(short.get(column, column), overflow="fold" if folds else "ellipsis", no_wrap=not folds)
     optional = _optional(diff)
     for row in diff.cells.itertuples():
-        table.add_row(*_row_values(row, optional), style="bold red" if row.transition else None)
+        values = dict(zip(columns(diff), _row_values(row, optional)))
+        table.add_row(_name(row), *(values[c] for c in shown), style="bold red" if row.transition else None)
     return table
 
 
@@ -270,6 +299,8 @@ def markdown(diff: Diff, plot: Path | None = None) -> str:
     frame = pd.DataFrame([_row_values(r, optional) for r in diff.cells.itertuples()], columns=columns(diff))
     parts = [f"# Diff: {diff.label_a} vs {diff.label_b}\n", "## Environment differences\n"]
     parts += [f"- {line}" for line in diff.environment] or ["- none recorded"]
+    if diff.unpaired:
+        parts += ["\n## Runs on one side only (not compared)\n", *(f"- {line}" for line in diff.unpaired)]
     parts.append("\n## Status transitions\n")
     transitions = diff.transitions
     parts += [
@@ -318,9 +349,11 @@ def parse_gates(text: str) -> list[Gate]:
 
 
 def _name(row) -> str:
+    """'synthetic docs-packed-4096 4096 tokens layer', and the base's quantization where it has one."""
     tokens = "" if pd.isna(row.tokens) else f" {int(row.tokens)} tokens"
     mode = row.mode + (f" ({row.variant})" if row.variant else "")
-    return f"{row.family} {row.preset}{tokens} {mode} {row.quantization}"
+    quantization = "" if row.quantization == "none" else f" {row.quantization}"
+    return f"{row.family} {row.preset}{tokens} {mode}{quantization}"
 
 
 def _gate_failure(gate: Gate, row) -> str | None:

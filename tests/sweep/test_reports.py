@@ -93,6 +93,29 @@ def test_diff_of_the_published_runs(engine):
     assert markdown(result) == markdown(diff_runs(engine, "H100 80GB", "L40S"))  # stable output
 
 
+def test_a_run_on_one_side_only_is_one_line_and_the_table_fits_a_terminal(engine):
+    """Diffing by hardware pairs cells within runs of the same name: a sweep the other side never
+    ran is one line, not a row per cell; the terminal table keeps each cell on one 160-column line."""
+    from rich.console import Console
+
+    from sweep.config.cell import Cell
+    from sweep.report.diff import rich_table
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
+
+    extra = store.get_or_create_run(engine, "extra", "H100 80GB")
+    cell = Cell("synthetic", "ckptlib.synthetic.build", "docs-packed-4096", "layer", "torch")
+    store.record_cell(engine, extra, cell.as_dict(), cell.key, CellResult("ok", sec_per_step=1.0, peak_bytes=2**30))
+    result = diff_runs(engine, "H100 80GB", "L40S")
+    assert len(result.cells) == 20 and result.transitions.empty
+    assert result.unpaired == ["only on H100 80GB: run 'extra' (1 cells)"]
+    assert "## Runs on one side only (not compared)\n\n- only on H100 80GB: run 'extra' (1 cells)" in markdown(result)
+    console = Console(width=160, record=True)
+    console.print(rich_table(result))
+    rows = [line for line in console.export_text().splitlines() if line.startswith("│")]
+    assert len(rows) == 20 and all(len(line) <= 160 for line in rows), "\n".join(rows)
+
+
 def test_status_transitions_come_first(engine, tmp_path):
     changed = PUBLISHED.read_text().replace("| L40S | 16384 | 1.8153s / 19.35 GiB |", "| L40S | 16384 | OOM |")
     changed = changed.replace("| 2.4218s / 5.36 GiB |", "| not run |")

@@ -119,7 +119,7 @@ def test_diff_fail_on_exits_non_zero_naming_each_failing_cell(db, tmp_path, b, g
     else:
         assert done.returncode == 1, done.stdout
         assert f"1 cell(s) of {b} fail --fail-on {gates}:" in done.stderr
-        assert f"f p 4096 tokens layer none: {failing}" in done.stderr
+        assert f"f p 4096 tokens layer: {failing}" in done.stderr
 
 
 @pytest.mark.parametrize(
