@@ -123,7 +123,7 @@ def plan_schedules(
     predictor: ShallowPredictor,
     throughput: Throughput,
     workers: int = 1,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,  # (pattern, patterns done, patterns in all)
 ) -> ScheduleSearch:
     """Every schedule of the space for `predictor`'s workload, estimated and timed; patterns are
     predicted by `workers` forked processes (each with its own cache)."""
@@ -155,9 +155,9 @@ def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progres
         pool = context.Pool(workers, initializer=_start_worker, initargs=(predictor,))
         results = pool.imap_unordered(_worker_anchors, todo)
     try:
-        for pattern, anchors, predictions in results:
+        for done, (pattern, anchors, predictions) in enumerate(results, 1):
             if progress:
-                progress(describe(pattern))
+                progress(describe(pattern), done, len(todo))
             yield pattern, anchors, predictions
     finally:
         if workers > 1:

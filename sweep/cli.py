@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from sweep.machine.cards import DEFAULT_MARGIN
@@ -276,7 +277,10 @@ def plan_verb(args: list[str]) -> None:
     parser.add_argument("--preset", help="default: the family's first real-size preset")
     _card_arguments(parser)
     parser.add_argument("--training", default="lora", choices=["lora", "frozen", "full"])
-    parser.add_argument("--quantization", default="none", help="base weights: none, int8-torchao, int8-sdnq, ...")
+    parser.add_argument(
+        "--quantization",
+        help="base weights: none, int8-torchao, int8-sdnq, ... (default: none, or a quantized base when none fits)",
+    )
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the device model (default cuda)")
     parser.add_argument("--link", default="pcie5", help="host link: pcie4, pcie5 (default), nvlink-c2c")
     parser.add_argument("--hardware", help="calibrate step times on this family's cells measured on this label")
@@ -290,26 +294,46 @@ def plan_verb(args: list[str]) -> None:
     from sweep.report.plots import plan_plot
 
     try:
-        check_quantization(options.quantization)
+        quantization = options.quantization or "none"
+        check_quantization(quantization)
         target = options.builder or _builder_path(options.family)
         preset = options.preset or builder_default_preset(import_builder(target)) or "default"
         vram, margin = _card(options)
         card = options.card or f"{format_bytes(vram)} card"
         request = Request(
             options.family, target, preset, vram, card, options.training,
-            options.quantization, options.device, options.link, options.hardware, margin=margin,
+            quantization, options.device, options.link, options.hardware, margin=margin,
+            try_quantized=options.quantization is None,
         )  # fmt: skip
         engine = _engine(options.db, create=True)
-        outcome = make_plan(request, engine, progress=lambda label: print(f"  planning: {label}", flush=True))
+        outcome = make_plan(request, engine, progress=PlanningProgress())
     except (ValueError, BuilderError) as error:
         sys.exit(f"ckpt-sweep: {error}")
     print("\n".join(outcome.lines))
     run_id = store(engine, outcome)
-    name = plot_name(request)
+    name = plot_name(outcome.request)
     picture = plan_plot(outcome, Path(options.out) / "plots" / f"{name}.png")
     print(f"stored as run {run_id} (provenance planned); the frontier: {picture}")
     if options.verify and outcome.recommended is not None:
         print("\n".join(verify(outcome, options.db, f"verify {name}")))
+
+
+class PlanningProgress:
+    """'  planning 5/16 (31 s, about 68 s left): torch interval 2' as each pattern is estimated; a
+    second plan (a quantized base, when nothing fits) counts from the end of the first."""
+
+    def __init__(self) -> None:
+        self.started, self.finished = time.perf_counter(), False
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.finished and done == 1:
+            print("  nothing fits with the base as it is: planning again with a quantized base", flush=True)
+            self.finished = False
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / done * (total - done)
+        print(f"  planning {done}/{total} ({elapsed:.0f} s, about {left:.0f} s left): {label}", flush=True)
+        if done == total:
+            self.started, self.finished = time.perf_counter(), True
 
 
 def _builder_path(family: str) -> str:

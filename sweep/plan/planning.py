@@ -5,7 +5,7 @@ measured: the top three as cells of one run, to say whether the predicted order 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from sqlalchemy.engine import Engine
 
@@ -43,6 +43,7 @@ class Request:
     hardware: str | None = None  # calibrate on cells measured there
     workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
     margin: float = 0.0  # the share of the card kept free
+    try_quantized: bool = False  # nothing fits with the base as it is: plan a quantized base instead
 
     @property
     def budget(self) -> Budget:
@@ -106,6 +107,8 @@ def check_quantization(name: str) -> None:
 
 
 def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanResult:
+    """The plan for `request`; with `try_quantized`, a base in which no schedule fits is planned
+    again with the first installed quantized base."""
     from sweep.config.builders import import_builder
 
     build = import_builder(request.builder)
@@ -119,7 +122,30 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
         plan = plan.retimed(throughput)
     recommended, checked = _recommend(plan, predictor, request.budget_bytes)
     lines = describe_outcome(request, plan, throughput, recommended, checked)
-    return PlanResult(request, plan, throughput, recommended, checked, lines)
+    outcome = PlanResult(request, plan, throughput, recommended, checked, lines)
+    if recommended is None and request.try_quantized and request.quantization == "none":
+        return _quantized_instead(outcome, engine, progress) or outcome
+    return outcome
+
+
+def _quantized_instead(unfit: PlanResult, engine: Engine | None, progress) -> PlanResult | None:
+    """The plan with the first installed quantized base, led by why (nothing fits the base as it
+    is); None where no quantization is installed."""
+    request, closest = unfit.request, unfit.plan.smallest()
+    for quantization in QUANTIZATION_NAMES[1:]:
+        try:
+            check_quantization(quantization)
+        except ValueError:
+            continue
+        outcome = make_plan(replace(request, quantization=quantization, try_quantized=False), engine, progress)
+        outcome.lines[:0] = [
+            f"nothing fits with the base as it is ({len(unfit.plan.candidates)} schedules): the smallest, "
+            f"{describe(closest.config)}, needs {request.budget.against(closest.peak_bytes)}",
+            f"so this plan holds the frozen base weights in {quantization} (--quantization none keeps them as "
+            f"they are; --quantization {' / '.join(QUANTIZATION_NAMES[2:])} plans another base):",
+        ]
+        return outcome
+    return None
 
 
 def _recommend(
