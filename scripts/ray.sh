@@ -20,7 +20,7 @@ case "${1:-}" in
     # exists, and a driver with RAY_AUTH_MODE=token then finds none. The token (~/.ray/auth_token) is
     # made once, under a lock: two heads starting at once would each write their own.
     flock "$HOME/.ray/ckpt-sweep-token.lock" "$RAY" get-auth-token --generate >/dev/null
-    RAY_AUTH_MODE=token setsid "$RAY" start --head --port="$PORT" --num-cpus="$(nproc)" --include-dashboard=false \
+    RAY_AUTH_MODE=token RAY_worker_niceness=0 setsid "$RAY" start --head --port="$PORT" --num-cpus="$(nproc)" --include-dashboard=false \
       --disable-usage-stats --temp-dir="$DIR" --block >"$DIR/head.log" 2>&1 </dev/null &
     head=$!
     # setsid runs in place (a background job of a script leads no process group): the head's pid is

@@ -67,6 +67,7 @@ def worker_identity(device: str) -> dict:
     identity = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "niceness": os.nice(0),  # a cell measured at a lowered priority lost the CPU to its neighbours
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     gpu = gpu_info(device)
