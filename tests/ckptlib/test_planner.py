@@ -130,6 +130,21 @@ def test_the_frontier_trades_memory_for_time_and_the_fit_is_the_fastest_that_fit
     assert len(plan.candidates) > 90  # patterns x every first-k cut
 
 
+def test_of_equally_fast_schedules_the_one_with_fewer_copies_comes_first():
+    """On a GPU, copies hidden behind compute cost no modelled time: a tie in predicted sec/step
+    goes to the schedule that moves less over the host link."""
+    from dataclasses import replace as with_
+
+    from ckptlib.planner import Candidate, ScheduleSearch
+
+    _, plan = synthetic_search()
+    base = plan.candidates[0]
+    copying = Candidate(CheckpointConfig("unsloth"), with_(base.estimate, copied_bytes=2**30), 1.0, False)
+    still = Candidate(CheckpointConfig("torch"), with_(base.estimate, copied_bytes=0), 1.0, False)
+    search = ScheduleSearch([copying, still], None)
+    assert [c.config.backend for c in search.fitting(base.peak_bytes)] == ["torch", "unsloth"]
+
+
 def test_a_fit_recovers_the_step_time_model_it_was_made_with():
     truth = Throughput("truth", 2e-10, 5e-10, fixed_seconds=0.01, overlaps_copies=False)
     plan = synthetic_search()[1].retimed(truth)
