@@ -41,6 +41,13 @@ class Budget:
     margin: float = DEFAULT_MARGIN
     context_bytes: int = 0
 
+    @classmethod
+    def on(cls, device_model: str, card_bytes: int, margin: float = DEFAULT_MARGIN) -> Budget:
+        """The budget with the context of ckptlib.predict's device model (`cuda`, `cpu`, ...)."""
+        from ckptlib.predict import DEVICE_MODELS
+
+        return cls(card_bytes, margin, DEVICE_MODELS[device_model].context_bytes)
+
     @property
     def bytes(self) -> int:
         return int(self.card_bytes * (1 - self.margin))

@@ -48,9 +48,7 @@ class Request:
     @property
     def budget(self) -> Budget:
         """The card less its margin, a peak counted with the device model's context."""
-        from ckptlib.predict import DEVICE_MODELS
-
-        return Budget(self.card_bytes, self.margin, DEVICE_MODELS[self.device].context_bytes)
+        return Budget.on(self.device, self.card_bytes, self.margin)
 
     @property
     def budget_bytes(self) -> int:

@@ -70,7 +70,7 @@ def advise(
     measured, hardware, notes = _measured_on(chosen[chosen["provenance"] != Provenance.PREDICTED], family, hardware)
     device_kind = "cpu" if (hardware or "").startswith("CPU:") else "cuda"
     predicted = _standing_in(chosen[chosen["provenance"] == Provenance.PREDICTED], measured, device_kind)
-    budget = Budget(vram_bytes, margin, context_bytes(device_kind))
+    budget = Budget.on(device_kind, vram_bytes, margin)
     sources = ", ".join(sorted(set(measured["provenance"]))) or "no measured"
     head = [
         f"{family} {chosen['preset'].iloc[0]}: {budget.heading()}; {sources} data"
@@ -110,13 +110,6 @@ def advise(
     lines += lines_plan
     hardware = hardware or (predicted["hardware"].iloc[0] if not predicted.empty else "?")
     return Advice(mode, hardware, budget.bytes, lines)
-
-
-def context_bytes(device_kind: str) -> int:
-    """The device memory a recorded peak leaves out (the CUDA context; none on a CPU)."""
-    from ckptlib.predict import DEVICE_MODELS
-
-    return DEVICE_MODELS[device_kind].context_bytes
 
 
 def _stored_plans(planned: pd.DataFrame, family: str, preset: str, budget: Budget) -> list[str]:

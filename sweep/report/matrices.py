@@ -102,7 +102,9 @@ def mode_label(family: str, mode: str, config, shown_elsewhere: tuple[str, ...] 
 # the same words its plot point and progress line use. What every cell of a table shares (training
 # and LoRA rank, a compile mode, a single token count or shape override) is said once, in the
 # table's title; a setting the rows already name (precision) is not repeated.
-TABLE_WIDE = ("training", "lora_rank", *(s for s in LABELS["run"] if s not in ("dtype", "lora_rank")))
+# Run settings a title names where every cell shares a value other than the default (training and
+# LoRA rank are said together; the rows say the precision).
+TITLED_RUN_SETTINGS = tuple(s for s in LABELS["run"] if s not in ("dtype", "lora_rank"))
 
 
 def _qualifiers(cells: pd.DataFrame) -> tuple[pd.Series, list[str]]:
@@ -114,7 +116,8 @@ def _qualifiers(cells: pd.DataFrame) -> tuple[pd.Series, list[str]]:
 
     def heading(mode: str, values: dict) -> str:
         own = [s for s in differing(values, mode) if s in CHECKPOINT_SETTINGS or (s not in shared and s != "dtype")]
-        own += [s for s in ("training",) if s not in shared and values[s] not in (None, default(s))]
+        if "training" not in shared and values["training"] not in (None, default("training")):
+            own.append("training")
         own += [s for s in _shape_overrides(values) if s not in shared]
         return f" ({', '.join(_describe(s, values[s]) for s in own)})" if own else ""
 
@@ -129,7 +132,7 @@ def _table_wide(shared: dict) -> list[str]:
     if shared.get("training") is not None:
         rank = shared.get("lora_rank")
         words.append(shared["training"] + (f", LoRA rank {rank}" if shared["training"] == "lora" and rank else ""))
-    words += [_describe(s, shared[s]) for s in TABLE_WIDE[2:] if shared.get(s) not in (None, default(s))]
+    words += [_describe(s, shared[s]) for s in TITLED_RUN_SETTINGS if shared.get(s) not in (None, default(s))]
     words += [_describe(s, shared[s]) for s in sorted(shared) if s.startswith("shape.") and shared[s] is not None]
     return words
 
