@@ -294,7 +294,7 @@ def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dic
     for kind, names in (("feed_forward", spec.feed_forward), ("attention", spec.attention)):
         if needed[kind] and not any(find_submodules(b, names) for blocks in block_lists.values() for b in blocks):
             raise UnsupportedModeError(f"{spec.name}: {unmatched(kind, names, block_lists)}")
-    if (config.interval or 1) > 1 and not config.ffn_only:
+    if (config.interval or 1) > 1 and not config.ffn_only and config.regions == "segments":
         ungroupable = [p for p in block_lists if spec.convention(p) is None]
         if ungroupable:
             raise UnsupportedModeError(

@@ -36,6 +36,11 @@ DEFAULT_MIN_OFFLOAD_BYTES = 1 << 20
 # Device-to-host copies in flight before the oldest is waited on (torchtune's max_fwd_stash_size is 5):
 # SDPA saves q, k, v and out back to back, so a depth of 4 lets a whole attention's copies overlap.
 DEFAULT_OFFLOAD_STASH_DEPTH = 4
+# What an interval groups (SimpleTuner has both, per family: gradient_checkpointing_interval.py):
+# "segments": `interval` consecutive blocks form one region, a region every `stride` blocks
+# (checkpoint_sequential_state); "blocks": the blocks the pattern picks, every `interval`-th, or with
+# a stride the first `interval` of every `stride`, each its own region (should_checkpoint_block).
+REGIONS = ("segments", "blocks")
 # The pool stops growing past this share of the host's available memory (torchtune warns at 60%).
 DEFAULT_HOST_MEMORY_SHARE = 0.6
 
@@ -59,6 +64,8 @@ class CheckpointConfig:
         is recomputed (CUDA; a CPU copies synchronously either way).
     host_memory_share: the host pool stops growing past this share of available host memory; what
         does not fit stays on the device for the rest of the step (reported).
+    regions: what the interval groups (REGIONS): "segments" of consecutive blocks, or "blocks" each
+        checkpointed alone, the interval then picking which (SimpleTuner's per-block meaning).
     """
 
     backend: str = "none"
@@ -71,6 +78,7 @@ class CheckpointConfig:
     offload_stash_depth: int = DEFAULT_OFFLOAD_STASH_DEPTH
     offload_prefetch: bool = True
     host_memory_share: float = DEFAULT_HOST_MEMORY_SHARE
+    regions: str = "segments"  # last: configs written positionally keep their meaning
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -86,6 +94,8 @@ class CheckpointConfig:
                     "segment stride must be at least the checkpointing interval "
                     f"(stride {self.stride} < interval {self.interval})"
                 )
+        if self.regions not in REGIONS:
+            raise ValueError(f"unknown regions {self.regions!r}; valid: {', '.join(REGIONS)}")
         self._check_blocks()
         if self.pin_memory_max_buckets < 0:
             raise ValueError(f"pin_memory_max_buckets must be 0 or more, got {self.pin_memory_max_buckets}")

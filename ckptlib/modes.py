@@ -3,6 +3,8 @@ each a CheckpointConfig. Harnesses and configs take their mode presets from here
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .config import CheckpointConfig
 
 MODES: dict[str, CheckpointConfig] = {
@@ -28,3 +30,10 @@ MODE_ORDER = tuple(dict.fromkeys([*SYNTHETIC_MODES, *MODES]))
 def mode_rank(mode: str) -> int:
     """Where a mode goes in a table (modes of one's own last)."""
     return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
+
+
+def as_wired(config: CheckpointConfig, interval_regions: str) -> CheckpointConfig:
+    """A mode as a trainer wires it for one family: an interval of whole blocks groups what the
+    family's `interval_regions` says (ckptlib.families.Family); anything else is unchanged."""
+    grouped = config.checkpoints and not config.ffn_only and (config.interval or 1) > 1
+    return replace(config, regions=interval_regions) if grouped else config

@@ -25,8 +25,9 @@ class BlockPlan:
 
 
 def plan_blocks(num_blocks: int, config: CheckpointConfig) -> BlockPlan:
-    """Regions start every `stride` blocks and span `interval` blocks (both default to 1), cut to the
-    blocks `config.blocks` chooses."""
+    """Regions start every `stride` blocks and span `interval` blocks (both default to 1), or with
+    `regions="blocks"` are the single blocks that pattern picks; cut to the blocks `config.blocks`
+    chooses."""
     return plan_lists({"blocks": num_blocks}, config)["blocks"]
 
 
@@ -46,10 +47,23 @@ def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> B
     interval = config.interval or 1
     stride = config.stride or interval
     regions = []
-    for start in range(0, num_blocks, stride):
-        regions += _runs([i for i in range(start, min(start + interval, num_blocks)) if i in chosen])
+    if config.regions == "blocks":
+        regions = [range(i, i + 1) for i in sorted(chosen) if _picked(i, config)]
+    else:
+        for start in range(0, num_blocks, stride):
+            regions += _runs([i for i in range(start, min(start + interval, num_blocks)) if i in chosen])
     covered = {i for r in regions for i in r}
     return BlockPlan(num_blocks, tuple(regions), tuple(i for i in range(num_blocks) if i not in covered))
+
+
+def _picked(index: int, config: CheckpointConfig) -> bool:
+    """Whether the per-block pattern checkpoints block `index` of its list (SimpleTuner's
+    should_checkpoint_block: every block without an interval, every interval-th without a stride,
+    else the first `interval` of every `stride`)."""
+    interval = config.interval or 1
+    if interval == 1:
+        return True
+    return index % interval == 0 if config.stride is None else index % config.stride < interval
 
 
 def describe_blocks(blocks: int | Sequence[int] | None) -> str:

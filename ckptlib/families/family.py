@@ -52,6 +52,11 @@ class Family:
     # what a training sample is, for throughput (samples/s): None for images, or frames where the
     # shape has frames (video); audio families count clips
     sample_unit: str | None = None
+    # What `gradient_checkpointing_interval` groups in SimpleTuner's model of this family
+    # (ckptlib.config.REGIONS): "segments" of consecutive blocks where its transformer calls
+    # checkpoint_sequential_state, "blocks" (every N-th block alone) where it calls only
+    # should_checkpoint_block. The docs' interval columns mean this (ckptlib.modes.as_wired).
+    interval_regions: str = "segments"
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists

@@ -213,6 +213,7 @@ FAMILIES = (
     ),
     Family(
         name="chroma",
+        interval_regions="blocks",  # SimpleTuner helpers/models/chroma/transformer.py: should_checkpoint_block
         docs_name="Chroma",
         cls="ChromaTransformer2DModel",
         presets={
@@ -277,6 +278,7 @@ FAMILIES = (
     ),
     Family(
         name="hidream",
+        interval_regions="blocks",  # SimpleTuner helpers/models/hidream/transformer.py: should_checkpoint_block
         docs_name="HiDream",
         cls="HiDreamImageTransformer2DModel",
         presets={
@@ -326,6 +328,7 @@ FAMILIES = (
     ),
     Family(
         name="longcat-image",
+        interval_regions="blocks",  # SimpleTuner helpers/models/longcat_image/transformer.py: should_checkpoint_block
         docs_name="LongCat Image",
         cls="LongCatImageTransformer2DModel",
         presets={

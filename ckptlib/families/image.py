@@ -225,6 +225,7 @@ FAMILIES = (
     ),
     Family(
         name="sana",
+        interval_regions="blocks",  # SimpleTuner helpers/models/sana/transformer.py: should_checkpoint_block
         docs_name="Sana",
         cls="SanaTransformer2DModel",
         presets={
@@ -283,6 +284,7 @@ FAMILIES = (
     ),
     Family(
         name="auraflow",
+        interval_regions="blocks",  # SimpleTuner helpers/models/auraflow/transformer.py: should_checkpoint_block
         docs_name="AuraFlow",
         cls="AuraFlowTransformer2DModel",
         presets={
@@ -343,6 +345,7 @@ FAMILIES = (
     ),
     Family(
         name="qwen-image",
+        interval_regions="blocks",  # SimpleTuner helpers/models/qwen_image/transformer.py: should_checkpoint_block
         docs_name="Qwen Image",
         cls="QwenImageTransformer2DModel",
         presets={
@@ -459,6 +462,7 @@ FAMILIES = (
     ),
     Family(
         name="ernie-image",
+        interval_regions="blocks",  # SimpleTuner helpers/models/ernie/transformer.py: should_checkpoint_block
         docs_name="ERNIE 4.5 Image",
         cls="ErnieImageTransformer2DModel",
         presets={
@@ -485,6 +489,7 @@ FAMILIES = (
     ),
     Family(
         name="ideogram4",
+        interval_regions="blocks",  # SimpleTuner helpers/models/ideogram/transformer.py: should_checkpoint_block
         docs_name="Ideogram 4.0",
         cls="Ideogram4Transformer2DModel",
         presets={

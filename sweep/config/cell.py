@@ -18,7 +18,8 @@ import torch
 
 from ckptlib import CheckpointConfig
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
-from ckptlib.modes import MODES
+from ckptlib.families import all_families
+from ckptlib.modes import MODES, as_wired
 from ckptlib.plan import describe_blocks
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -59,6 +60,9 @@ class Cell:
     backend: str = setting(config="mode.backend", label="{}", group="checkpoint", column=True)
     interval: int | None = setting(None, config="mode.interval", label="interval {}", group="checkpoint", column=True)
     stride: int | None = setting(None, config="mode.stride", label="stride {}", group="checkpoint", column=True)
+    # what the interval groups (ckptlib.config.REGIONS); a mode that does not say takes the family's
+    # wiring (`wired_regions`), so a docs column means what SimpleTuner ran
+    regions: str = setting("segments", config="mode.regions", label="interval as {}", group="checkpoint", since=6)
     # which blocks the schedule may checkpoint (CheckpointConfig)
     blocks: int | tuple[int, ...] | None = setting(None, config="mode.blocks", label="{}", group="checkpoint", since=3)
     offload_attention: bool = setting(
@@ -103,6 +107,7 @@ class Cell:
             backend=self.backend,
             interval=self.interval,
             stride=self.stride,
+            regions=self.regions,
             blocks=self.blocks,
             offload_attention=self.offload_attention,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
@@ -156,7 +161,27 @@ def cell_from_config(cfg) -> Cell:
         value = OmegaConf.select(cfg, path)
         return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
-    return Cell(**{name: _value(name, select(f.metadata["config"])) for name, f in FIELDS.items()})
+    values = {name: _value(name, select(f.metadata["config"])) for name, f in FIELDS.items()}
+    for name, resolve in RESOLVED.items():
+        if values[name] is None:
+            values[name] = resolve(values)
+    return Cell(**values)
+
+
+def wired_regions(values: dict[str, Any]) -> str:
+    """What a cell's interval groups when its mode does not say: what SimpleTuner's model of the
+    family groups (ckptlib.families.Family.interval_regions); segments for any other model."""
+    family = all_families().get(values.get("family"))
+    wiring = family.interval_regions if family is not None else default("regions")
+    try:
+        config = CheckpointConfig(values["backend"], interval=values.get("interval"))
+    except ValueError:
+        return default("regions")  # an invalid mode is recorded as such, whatever it groups
+    return as_wired(config, wiring).regions
+
+
+# Fields a typed config may leave None, resolved from the cell's other values.
+RESOLVED = {"regions": wired_regions}
 
 
 def differing(values: dict[str, Any], mode: str) -> list[str]:
@@ -164,12 +189,13 @@ def differing(values: dict[str, Any], mode: str) -> list[str]:
     in published cells): checkpointing settings other than its mode's preset's, run settings other
     than their defaults."""
     preset = MODES.get(mode)
+    expected = preset and {s: getattr(preset, s) for s in LABELS["checkpoint"]}
+    if expected and values.get("backend") is not None:
+        expected["regions"] = wired_regions({**values, "interval": preset.interval, "backend": preset.backend})
     named = [
         s
         for s in LABELS["checkpoint"]
-        if preset is not None
-        and values.get(s) is not None
-        and _comparable(s, values[s]) != _comparable(s, getattr(preset, s))
+        if preset is not None and values.get(s) is not None and _comparable(s, values[s]) != _comparable(s, expected[s])
     ]
     return named + [s for s in LABELS["run"] if values.get(s) not in (None, default(s))]
 

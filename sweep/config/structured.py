@@ -43,6 +43,9 @@ class ModeConfig:
     backend: str = "none"
     interval: Optional[int] = default("interval")
     stride: Optional[int] = default("stride")
+    # what an interval groups: segments | blocks; None: as SimpleTuner wires the family (the docs'
+    # columns: ckptlib.modes.as_wired), segments for a builder of one's own
+    regions: Optional[str] = None
     blocks: Any = default("blocks")  # the first k blocks (an int) or a list of block indices; None: every block
     offload_attention: bool = default("offload_attention")
 
@@ -208,7 +211,9 @@ def unknown_word(override: str, value: str, words: list[str]) -> str | None:
 
 
 def mode_config(name: str, config: CheckpointConfig) -> ModeConfig:
-    return ModeConfig(name=name, **{f.name: getattr(config, f.name) for f in fields(ModeConfig) if f.name != "name"})
+    """A mode preset; what its interval groups is left to the family (ModeConfig.regions)."""
+    named = (f.name for f in fields(ModeConfig) if f.name not in ("name", "regions"))
+    return ModeConfig(name=name, **{field: getattr(config, field) for field in named})
 
 
 def default_preset(target: str, declared: Optional[str]) -> str:

@@ -326,6 +326,8 @@ def run_override(config: CheckpointConfig) -> str:
     for name in ("interval", "stride"):
         if getattr(config, name):
             words.append(f"mode.{name}={getattr(config, name)}")
+    if (config.interval or 1) > 1:  # said, not left to the family's wiring (Cell.regions)
+        words.append(f"mode.regions={config.regions}")
     if config.blocks is not None and config.checkpoints:
         blocks = config.blocks if isinstance(config.blocks, int) else "[" + ",".join(map(str, config.blocks)) + "]"
         words.append(f"mode.blocks={blocks}")
@@ -336,7 +338,12 @@ def run_override(config: CheckpointConfig) -> str:
 
 def ckptlib_line(config: CheckpointConfig) -> str:
     arguments = [repr(config.backend)]
-    arguments += [f"{name}={getattr(config, name)!r}" for name in SCHEDULE_FIELDS[1:] if getattr(config, name)]
+    default = CheckpointConfig()
+    arguments += [
+        f"{name}={getattr(config, name)!r}"
+        for name in SCHEDULE_FIELDS[1:]
+        if getattr(config, name) and getattr(config, name) != getattr(default, name)
+    ]
     return f"ckptlib.CheckpointConfig({', '.join(arguments)})"
 
 

@@ -30,6 +30,29 @@ def test_plan_edge_cases(blocks, interval, stride, regions, plain):
     assert sorted(p.checkpointed_blocks + p.plain) == list(range(blocks))
 
 
+@pytest.mark.parametrize(
+    "interval, stride, blocks, regions",
+    [
+        (2, None, None, [[0], [2], [4], [6]]),  # every second block, each alone
+        (3, None, None, [[0], [3], [6]]),
+        (2, 4, None, [[0], [1], [4], [5]]),  # the first two of every four, each alone
+        (None, None, None, [[i] for i in range(8)]),  # no interval: every block
+        (2, 4, 5, [[0], [1], [4]]),  # cut to the first five blocks
+    ],
+)
+def test_per_block_regions_are_the_single_blocks_simpletuners_pattern_picks(interval, stride, blocks, regions):
+    """SimpleTuner's should_checkpoint_block: `index % interval == 0`, or `index % stride < interval`."""
+    config = CheckpointConfig("torch", interval=interval, stride=stride, regions="blocks", blocks=blocks)
+    p = plan_blocks(8, config)
+    assert [list(r) for r in p.regions] == regions
+    assert sorted(p.checkpointed_blocks + p.plain) == list(range(8))
+
+
+def test_unknown_regions_are_named():
+    with pytest.raises(ValueError, match="unknown regions 'pairs'; valid: segments, blocks"):
+        CheckpointConfig("torch", interval=2, regions="pairs")
+
+
 def test_no_checkpointing_plans_every_block_plain():
     p = plan_blocks(4, CheckpointConfig("none", interval=2))
     assert p.regions == () and p.plain == (0, 1, 2, 3)

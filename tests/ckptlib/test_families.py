@@ -9,12 +9,14 @@ import torch
 import ckptlib
 from ckptlib import CheckpointConfig, UnsupportedModeError, find_submodules
 from ckptlib.families import FAMILIES, build, describe_shape, get
+from ckptlib.modes import as_wired
 
 BUILDABLE = sorted(name for name, family in FAMILIES.items() if family.unsupported is None)
 MODES = {
     "layer": CheckpointConfig("torch"),
     "interval2": CheckpointConfig("torch", interval=2),
     "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4),
+    "seg2-stride4-per-block": CheckpointConfig("torch", interval=2, stride=4, regions="blocks"),
     "unsloth": CheckpointConfig("unsloth", min_offload_bytes=0),
     "unsloth-interval2": CheckpointConfig("unsloth", interval=2, min_offload_bytes=0),
     # the first two blocks through the lists (Flux's tiny preset: its double block, then a single one)
@@ -66,6 +68,7 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
             or (
                 (config.interval or 1) > 1
                 and not config.ffn_only
+                and config.regions == "segments"
                 and None in handle_free_spec(name).conventions.values()
             )
         )
@@ -130,6 +133,35 @@ PUBLISHED_PARAMS_B = {
     ("kolors", "kolors"): 2.58,
     ("stable-cascade", "stage-c"): 3.59,
 }
+
+
+# SimpleTuner's transformers (bghira/SimpleTuner bc8e6ab77, simpletuner/helpers/models/<path>) that
+# call only should_checkpoint_block: gradient_checkpointing_interval picks single blocks. Every other
+# family's model there groups consecutive blocks (checkpoint_sequential_state), or has no interval.
+PER_BLOCK_INTERVAL = {
+    "ace-step": "ace_step/transformer.py",
+    "auraflow": "auraflow/transformer.py",
+    "chroma": "chroma/transformer.py",
+    "cosmos2": "cosmos/transformer.py",
+    "cosmos3": "cosmos3/transformer.py",
+    "ernie-image": "ernie/transformer.py",
+    "hidream": "hidream/transformer.py",
+    "ideogram4": "ideogram/transformer.py",
+    "kandinsky5": "kandinsky5_video/transformer_kandinsky5.py",
+    "longcat-image": "longcat_image/transformer.py",
+    "qwen-image": "qwen_image/transformer.py",
+    "sana": "sana/transformer.py",
+}
+
+
+def test_the_docs_interval_columns_group_what_simpletuners_model_of_the_family_groups():
+    assert {n for n, f in FAMILIES.items() if f.interval_regions == "blocks"} == set(PER_BLOCK_INTERVAL)
+    for name, lists in (("chroma", ["[0]", "[0] [2]"]), ("flux1", ["[0-1]", "[0-1] [2-3]"])):
+        work = build(name, "tiny")
+        config = as_wired(ckptlib.MODES["interval2"], get(name).interval_regions)
+        handle = ckptlib.apply(work.model, config, work.spec)
+        plans = [handle.report.plans[path] for path in work.spec.block_lists]
+        assert [plan.split("regions ")[1].split(";")[0] for plan in plans] == lists, (name, plans)
 
 
 @pytest.mark.parametrize("name", BUILDABLE)

@@ -9,7 +9,7 @@ from typing import get_type_hints
 
 import pytest
 
-from sweep.config.cell import FIELDS, LATER_FIELDS, Cell, cell_from_config, default
+from sweep.config.cell import FIELDS, LATER_FIELDS, RESOLVED, Cell, cell_from_config, default
 from sweep.config.structured import SweepConfig
 from tests.support.sweeps import ROOT
 
@@ -33,6 +33,8 @@ def test_the_typed_config_holds_every_cell_field_with_its_default(name):
     path = FIELDS[name].metadata["config"]
     if default(name) is MISSING:  # given by the family, the mode or the preset's resolver
         assert path.split(".")[0] in {f.name for f in fields(SweepConfig)}
+    elif name in RESOLVED:  # None: resolved from the cell's other values
+        assert schema_default(path) is None
     else:
         assert schema_default(path) == default(name)
 
@@ -68,7 +70,42 @@ def test_every_recorded_cell_key_is_what_its_config_gives_today():
     for key, config in rows:
         values = {k: tuple(v) if k == "blocks" and isinstance(v, list) else v for k, v in json.loads(config).items()}
         assert Cell(**values).key == key, values
-    assert set(LATER_FIELDS) == {"blocks", "dtype", "attention", "compile", "offload_stash_depth", "offload_prefetch"}
+    assert set(LATER_FIELDS) == {
+        "blocks",
+        "dtype",
+        "attention",
+        "compile",
+        "offload_stash_depth",
+        "offload_prefetch",
+        "regions",
+    }
+
+
+def composed(*overrides: str) -> Cell:
+    from hydra import compose, initialize_config_dir
+
+    from sweep.config.structured import register
+    from sweep.run.app import CONFIG_PATH
+
+    register()
+    with initialize_config_dir(config_dir=CONFIG_PATH, version_base=None):
+        return cell_from_config(compose("config", overrides=["sweep=none", *overrides]))
+
+
+def test_a_docs_interval_column_means_what_simpletuner_ran_for_the_family_under_a_key_of_its_own():
+    """Chroma's SimpleTuner model checkpoints every second block alone under interval 2; Flux.1's
+    groups blocks in pairs. The cell says which; the project's pairs on Chroma are a setting of their
+    own (named in its label), and a cell recorded before the setting existed keeps its key."""
+    chroma = composed("family=chroma", "mode=interval2")
+    pairs = composed("family=chroma", "mode=interval2", "mode.regions=segments")
+    flux = composed("family=flux1", "mode=interval2")
+    assert (chroma.regions, pairs.regions, flux.regions) == ("blocks", "segments", "segments")
+    assert composed("family=chroma", "mode=layer").regions == "segments"  # no interval, nothing to group
+    assert chroma.key != pairs.key
+    before = {k: v for k, v in pairs.as_dict().items() if k != "regions"}  # as recorded before it existed
+    assert Cell(**before).key == pairs.key
+    assert chroma.checkpoint_config().regions == "blocks"
+    assert "interval as" not in chroma.describe() and "(interval as segments)" in pairs.describe()
 
 
 def test_a_progress_line_tells_cells_apart_by_every_setting_that_differs():

@@ -1,0 +1,241 @@
+"""SimpleTuner's published family tables (`sweep/published/simpletuner-families.md`, **published**)
+beside predictions (**predicted**, nothing allocated): each table's bf16 rows predicted at the
+family's preset with LoRA on the CUDA device model. Compared as each mode's peak less `layer`'s, in
+which what the trainer holds besides the transformer (text encoders, VAE, data) cancels; every
+published OOM is checked against the predicted peak on that card; what cannot be modelled is said.
+`scripts/check_published.py` writes the page."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+
+from ckptlib import UnsupportedModeError
+from ckptlib.families import all_families, builders
+from ckptlib.modes import MODES, as_wired
+from ckptlib.predict import DEVICE_MODELS, predict
+from ckptlib.units import GIB, MIB
+from sweep.machine.cards import CARDS_MIB
+
+from .published import BUNDLED
+from .text import parse_tables
+
+SOURCE = BUNDLED / "simpletuner-families.md"
+BASELINE = "layer"  # the mode every delta is taken from: the one every family's table has
+DELTA_TOLERANCE_GIB = 0.25
+DELTA_TOLERANCE_SHARE = 0.05  # of the published peak: "within 0.25 GiB or 5%"
+# Each GPU column of the tables: the card, and the device model (the cuBLAS workspace differs).
+GPUS = {"H100": ("H100 80GB", "cuda"), "L40S": ("L40S", "cuda-pre-hopper")}
+PREDICTED_ON = "cuda"  # one prediction per cell; another GPU's peak differs only by its workspace
+STATUSES = ("OOM", "failed", "unsupported", "not run", "not measured")  # "OOM (40.11 GiB)" is an OOM
+
+# A heading that is not a family's docs name, or whose preset is not the family's default.
+FAMILY_OF_HEADING: dict[str, tuple[str, str]] = {
+    "AnyFlow Distillation on Anima": ("anyflow", "stage1"),
+    "Kandinsky 5 Video": ("kandinsky5", "t2v-lite"),
+    "LTXVideo 0.9.5": ("ltxvideo", "2b"),
+    "LTXVideo2 2.3": ("ltxvideo2", "2.3-dev"),
+    "Wan 2.1 T2V 1.3B": ("wan", "t2v-1.3b"),
+    "Wan 2.1 T2V 14B": ("wan", "t2v-14b"),
+}
+
+
+@dataclass(frozen=True)
+class PublishedCell:
+    heading: str
+    precision: str
+    mode: str
+    gpu: str  # a column of the table: H100, L40S
+    status: str  # ok, or one of STATUSES
+    peak_bytes: int | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    heading: str
+    family: str | None  # the project's family; None: not modelled (`why`)
+    preset: str | None
+    cells: tuple[PublishedCell, ...]
+    why: str = ""
+
+
+def _cell(heading: str, precision: str, mode: str, gpu: str, text: str) -> PublishedCell:
+    status = next((s for s in STATUSES if text.startswith(s)), None)
+    if status is not None:
+        return PublishedCell(heading, precision, mode, gpu, status)
+    seconds, peak = (part.strip() for part in text.split("/"))
+    return PublishedCell(heading, precision, mode, gpu, "ok", round(float(peak) * GIB), float(seconds))
+
+
+def published_tables() -> list[Table]:
+    """Each family's main table (Precision | Mode | H100 | L40S), in the page's order, with the
+    project's family and preset where it has one."""
+    by_docs_name = {f.docs_name: name for name, f in all_families().items()}
+    tables, seen = [], set()
+    for table in parse_tables(SOURCE.read_text(encoding="utf-8"), str(SOURCE)):
+        if table.header[:2] != ["Precision", "Mode"] or table.header[2] != "H100" or table.heading in seen:
+            continue  # a control table beside the main one (Krea 2's no-compile run, Ideogram's backends)
+        seen.add(table.heading)
+        gpus = table.header[2:]
+        cells = tuple(
+            _cell(table.heading, row[0], row[1], gpu, text) for _, row in table.rows for gpu, text in zip(gpus, row[2:])
+        )
+        family, preset = FAMILY_OF_HEADING.get(table.heading, (by_docs_name.get(table.heading), None))
+        why = ""
+        if family is None:
+            why = "no family of this name in the project"
+        elif all_families()[family].unsupported:
+            why, family = all_families()[family].unsupported, None
+        else:
+            preset = preset or all_families()[family].default_preset
+        tables.append(Table(table.heading, family, preset, cells, why))
+    return tables
+
+
+def _predict_table(job: tuple[str, str, tuple[str, ...]]) -> dict[str, int | str]:
+    """mode -> predicted peak bytes on the `cuda` device model, or why the mode is unsupported."""
+    family, preset, modes = job
+    build = getattr(builders, family)
+    found: dict[str, int | str] = {}
+    for mode in modes:
+        config = as_wired(MODES[mode], build.interval_regions)  # the docs' columns as SimpleTuner ran them
+        try:
+            found[mode] = predict(build, config, PREDICTED_ON, preset=preset, training="lora").peak_bytes
+        except UnsupportedModeError as error:
+            found[mode] = f"unsupported: {error}"
+        except Exception as error:  # noqa: BLE001 - one cell's failure is its row's, never the page's
+            found[mode] = f"prediction failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    return found
+
+
+def predictions(tables: list[Table], workers: int = 2, progress: Callable[[str], None] | None = None) -> dict:
+    """heading -> mode -> predicted peak (bytes on `cuda`) or why not, for each modelled table's
+    bf16 modes; one family per forked worker."""
+    jobs = {
+        t.heading: (t.family, t.preset, tuple(dict.fromkeys(c.mode for c in t.cells if c.precision == "bf16")))
+        for t in tables
+        if t.family is not None
+    }
+    found = {}
+    with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+        futures = {pool.submit(_predict_table, job): heading for heading, job in jobs.items()}
+        for done, future in enumerate(as_completed(futures), 1):
+            found[futures[future]] = future.result()
+            if progress is not None:
+                progress(f"{done}/{len(jobs)} {futures[future]}")
+    return {heading: found[heading] for heading in jobs}
+
+
+def peak_on(predicted_bytes: int, gpu: str) -> int:
+    """A peak predicted on `cuda`, on the GPU's own device model: its cuBLAS workspace instead."""
+    device_model = DEVICE_MODELS[GPUS[gpu][1]]
+    return predicted_bytes - DEVICE_MODELS[PREDICTED_ON].workspace_bytes + device_model.workspace_bytes
+
+
+def within(difference: int, published_peak: int) -> bool:
+    return abs(difference) <= max(DELTA_TOLERANCE_GIB * GIB, DELTA_TOLERANCE_SHARE * published_peak)
+
+
+@dataclass
+class Comparison:
+    """One family's bf16 rows on one GPU against the predictions."""
+
+    table: Table
+    gpu: str
+    rows: list[str]
+    deltas: int = 0  # comparisons of a mode's peak less layer's
+    deltas_within: int = 0
+    ooms: int = 0  # published OOMs
+    ooms_predicted: int = 0
+    misses: list[tuple[str, int]] = field(default_factory=list)  # (mode, bytes off) beyond the tolerance
+
+
+def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparison:
+    card = CARDS_MIB[GPUS[gpu][0]] * MIB
+    context = DEVICE_MODELS[GPUS[gpu][1]].context_bytes
+    cells = {c.mode: c for c in table.cells if c.precision == "bf16" and c.gpu == gpu}
+    base, base_guess = cells.get(BASELINE), predicted.get(BASELINE)
+    result = Comparison(table, gpu, [])
+    for mode, cell in cells.items():
+        guess = predicted.get(mode)
+        guess_text = _gib(peak_on(guess, gpu)) if isinstance(guess, int) else (guess or "not predicted")
+        delta, verdict = ["", "", ""], ""
+        if cell.status == "ok" and isinstance(guess, int) and mode != BASELINE:
+            if base is not None and base.status == "ok" and isinstance(base_guess, int):
+                published = cell.peak_bytes - base.peak_bytes
+                difference = (guess - base_guess) - published
+                delta = [f"{value / GIB:+.2f}" for value in (published, guess - base_guess, difference)]
+                result.deltas += 1
+                if within(difference, cell.peak_bytes):
+                    result.deltas_within += 1
+                    verdict = "within"
+                else:
+                    verdict = "off"
+                    result.misses.append((mode, difference))
+        elif cell.status == "OOM" and isinstance(guess, int):
+            result.ooms += 1
+            needs = peak_on(guess, gpu) + context
+            if needs > card:
+                result.ooms_predicted += 1
+                verdict = "OOM predicted"
+            else:
+                verdict = f"OOM not predicted: {_gib(needs)} with context on a {_gib(card)} card"
+        published_text = _gib(cell.peak_bytes) if cell.status == "ok" else cell.status
+        result.rows.append("| " + " | ".join([mode, published_text, guess_text, *delta, verdict]) + " |")
+    return result
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.2f}"
+
+
+def report(tables: list[Table], predicted: dict) -> list[str]:
+    """The page's family section: a headline, each family's bf16 rows per GPU, and what is not modelled."""
+    comparisons = [compare(t, gpu, predicted[t.heading]) for t in tables if t.heading in predicted for gpu in GPUS]
+    lines = [
+        "## SimpleTuner's family tables",
+        "",
+        f"From `sweep/published/{SOURCE.name}` (SimpleTuner's `SEGMENTED_CHECKPOINTING.md`, **published**),",
+        "each family's bf16 rows **predicted** at the project's preset for it (`ckpt-sweep families` lists",
+        "them) with LoRA rank 16 on the `cuda` device model (L40S: its smaller cuBLAS workspace). A mode",
+        f"is compared as its peak less `{BASELINE}`'s, published against predicted, which cancels what",
+        "SimpleTuner's trainer holds besides the transformer; a difference within "
+        f"{DELTA_TOLERANCE_GIB:.2f} GiB or {DELTA_TOLERANCE_SHARE:.0%}",
+        "of the published peak counts as reproduced. A published OOM counts as predicted when the predicted",
+        "peak with the CUDA context exceeds the card.",
+        "",
+    ]
+    for gpu in GPUS:
+        mine = [c for c in comparisons if c.gpu == gpu]
+        deltas, ok = sum(c.deltas for c in mine), sum(c.deltas_within for c in mine)
+        ooms, caught = sum(c.ooms for c in mine), sum(c.ooms_predicted for c in mine)
+        families = len({c.table.heading for c in mine})
+        lines.append(
+            f"- **{gpu}**: {families} families; {ok} of {deltas} deltas against `{BASELINE}` reproduced; "
+            f"{caught} of {ooms} published OOMs predicted."
+        )
+    errors = [abs(off) / GIB for c in comparisons for _, off in c.misses]
+    if errors:
+        lines.append(f"- Misses: median {statistics.median(errors):.2f} GiB, largest {max(errors):.2f} GiB off.")
+    lines.append("")
+    for table in tables:
+        if table.heading not in predicted:
+            continue
+        lines += [f"### {table.heading} ({table.family} {table.preset})", ""]
+        for comparison in (c for c in comparisons if c.table is table):
+            lines += [
+                f"{comparison.gpu}:",
+                "",
+                f"| mode | published GiB | predicted GiB | published vs {BASELINE} | predicted vs {BASELINE} "
+                "| difference | verdict |",
+                "|---|---|---|---|---|---|---|",
+                *comparison.rows,
+                "",
+            ]
+    lines += ["### Tables not modelled", ""]
+    lines += [f"- {t.heading}: {t.why}" for t in tables if t.family is None]
+    return lines
