@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import saved_tensors_hooks
 from torch.utils.checkpoint import checkpoint
 
 from .compile import NO_COMPILE, Compiler, wrapped_submodules
@@ -62,6 +63,30 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# NOTE [ Attention offload inside a region ]
+# SimpleTuner's gradient_checkpointing_offload_attention puts its offload hooks around the attention
+# call inside the block, so inside a checkpointed region they are the innermost saved-tensor hooks
+# and take the attention's saved tensors from the checkpoint: in forward, what autograd made goes
+# to the host and what needs no gradient (a LoRA dropout mask, softmax statistics) stays on the
+# device, both held by the forward's graph until the attention's backward, which reloads them.
+# In recompute the hooks take the recomputed attention's tensors again (SimpleTuner copies them out
+# a second time; here they are dropped: the recompute's graph never runs backward, and a tensor kept
+# as itself would hold its own grad_fn in a cycle only the garbage collector frees): the forward's
+# graph already holds what the attention's backward unpacks, and checkpoint, which never saw those
+# tensors, counts the same tensors in both passes. So every recomputed block keeps its
+# attention's no-grad tensors on the device for the whole step: Wan 2.1 14B's LoRA dropout masks
+# alone are about 20 GiB at 480p, 81 frames, which is why the docs' activation-offload peaks sit
+# above `layer`.
+
+
+def _dropped(tensor: torch.Tensor) -> None:
+    return None
+
+
+def _never_unpacked(_) -> torch.Tensor:
+    raise RuntimeError("a recomputed attention's saved tensor was used: only the forward's graph runs backward")
 
 
 def _recomputing() -> bool:
@@ -206,11 +231,16 @@ class CheckpointHandle:
         return forward
 
     def attention_forward(self, original: Callable) -> Callable:
+        grad_only = self.config.offload_attention_in_regions  # SimpleTuner's pack rule, wherever it runs
+
         def forward(*args, **kwargs):
             if not torch.is_grad_enabled():
                 return original(*args, **kwargs)
+            if _recomputing():  # NOTE [ Attention offload inside a region ]
+                with saved_tensors_hooks(_dropped, _never_unpacked):
+                    return original(*args, **kwargs)
             self._counters.attention_regions_offloaded += 1
-            with self._offloader.hooks():
+            with self._offloader.hooks(grad_only):
                 return original(*args, **kwargs)
 
         return forward
@@ -373,7 +403,7 @@ def _apply_plan(
         recomputed = set(block_plan.checkpointed_blocks) if whole_block else set()
         for i, block in enumerate(blocks):
             attention = find_submodules(block, spec.attention)
-            if i in recomputed:
+            if i in recomputed and not config.offload_attention_in_regions:
                 handle.attention_offload_skipped += len(attention)
                 continue
             for module in attention:

@@ -66,6 +66,9 @@ class CheckpointConfig:
         does not fit stays on the device for the rest of the step (reported).
     regions: what the interval groups (REGIONS): "segments" of consecutive blocks, or "blocks" each
         checkpointed alone, the interval then picking which (SimpleTuner's per-block meaning).
+    offload_attention_in_regions: offload attention inside recomputed regions too, as SimpleTuner's
+        gradient_checkpointing_offload_attention does (NOTE [ Attention offload inside a region ] in
+        ckptlib/apply.py); without it attention is offloaded only in blocks that keep their activations.
     """
 
     backend: str = "none"
@@ -79,6 +82,7 @@ class CheckpointConfig:
     offload_prefetch: bool = True
     host_memory_share: float = DEFAULT_HOST_MEMORY_SHARE
     regions: str = "segments"  # last: configs written positionally keep their meaning
+    offload_attention_in_regions: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -94,6 +98,8 @@ class CheckpointConfig:
                     "segment stride must be at least the checkpointing interval "
                     f"(stride {self.stride} < interval {self.interval})"
                 )
+        if self.offload_attention_in_regions and not self.offload_attention:
+            raise ValueError("offload_attention_in_regions needs offload_attention")
         if self.regions not in REGIONS:
             raise ValueError(f"unknown regions {self.regions!r}; valid: {', '.join(REGIONS)}")
         self._check_blocks()

@@ -9,11 +9,18 @@ from .config import CheckpointConfig
 
 MODES: dict[str, CheckpointConfig] = {
     "none": CheckpointConfig("none"),
-    "activation-offload": CheckpointConfig("torch", offload_attention=True),
+    # SimpleTuner's attention offload, inside recomputed blocks too (NOTE [ Attention offload inside
+    # a region ] in ckptlib/apply.py)
+    "activation-offload": CheckpointConfig("torch", offload_attention=True, offload_attention_in_regions=True),
     "layer": CheckpointConfig("torch"),
     "interval2": CheckpointConfig("torch", interval=2),
     "seg2-stride4": CheckpointConfig("torch", interval=2, stride=4),
-    "seg2-stride4-offload": CheckpointConfig("torch", interval=2, stride=4, offload_attention=True),
+    "seg2-stride4-offload": CheckpointConfig(
+        "torch", interval=2, stride=4, offload_attention=True, offload_attention_in_regions=True
+    ),
+    # The project's attention offload: only where a block keeps its activations (a recomputed block
+    # keeps no attention tensors to move), so no more device memory than seg2-stride4's
+    "seg2-stride4-offload-plain": CheckpointConfig("torch", interval=2, stride=4, offload_attention=True),
     "unsloth": CheckpointConfig("unsloth"),
     "torch-ffn": CheckpointConfig("torch-ffn"),
     # FFN-only recompute leaves attention's saved tensors in place: offloading them pays here.

@@ -114,6 +114,7 @@ class Offloader:
         self._in_flight: deque[_Parked] = deque()  # copies the compute stream has not waited on yet
         self._regions: list[list[_Parked]] = []  # this step's parked tensors, by region in forward order
         self._region: int | None = None
+        self._grad_only = False
         self._seen: dict[tuple, tuple[weakref.ref, _Parked]] = {}
         self._only: set[tuple] | None = None  # when set, only these tensors are offloaded
         self._host_full = False
@@ -136,15 +137,18 @@ class Offloader:
             self._only = previous
 
     @contextlib.contextmanager
-    def hooks(self):
-        """One region: what is saved inside is offloaded, and reloaded together in backward."""
-        previous, self._region = self._region, len(self._regions)
+    def hooks(self, grad_only: bool = False):
+        """One region: what is saved inside is offloaded, and reloaded together in backward.
+        `grad_only`: tensors autograd made (a grad_fn) only, as SimpleTuner's offload hooks do:
+        what needs no gradient (dropout masks, norm statistics) stays on the device."""
+        previous = self._region, self._grad_only
+        self._region, self._grad_only = len(self._regions), grad_only
         self._regions.append([])
         try:
             with saved_tensors_hooks(self.pack, self.unpack):
                 yield
         finally:
-            self._region = previous
+            self._region, self._grad_only = previous
 
     def reset_step(self) -> None:
         """A new step begins: reclaim what a step without backward left parked."""
@@ -171,6 +175,7 @@ class Offloader:
             or isinstance(tensor, torch.nn.Parameter)
             or storage_id(tensor) in self.keep
             or (self._only is not None and _identity(tensor) not in self._only)
+            or (self._grad_only and tensor.grad_fn is None)
         ):
             self.counters.tensors_kept += 1
             return tensor

@@ -45,6 +45,9 @@ class DeviceModel:
     flash_attention: bool  # SDPA runs a fused kernel that keeps out + logsumexp, never the score matrix
     foreach_optimizer: bool  # AdamW's multi-tensor path (whole-group temporaries), torch's CUDA default
     asynchronous_copies: bool  # offload copies on streams: the stash in flight and prefetched reloads are live
+    # dropout as CUDA's fused kernel: a one-byte mask saved (the CPU kernel saves a scaled noise
+    # tensor of the input's dtype, four times that in fp32)
+    fused_dropout: bool = False
 
     def assumptions(self) -> list[str]:
         lines = [f"weights and activations in {str(self.dtype).removeprefix('torch.')}"]
@@ -61,6 +64,8 @@ class DeviceModel:
             if self.flash_attention
             else "attention: the CPU kernels torch picks for the same call"
         )
+        if self.fused_dropout:
+            lines.append("dropout: fused kernel (a one-byte mask saved)")
         lines.append("AdamW foreach (multi-tensor) step" if self.foreach_optimizer else "AdamW per-tensor step")
         if self.asynchronous_copies:
             lines.append(
@@ -86,6 +91,7 @@ DEVICE_MODELS = {
         flash_attention=True,
         foreach_optimizer=True,
         asynchronous_copies=True,
+        fused_dropout=True,
     ),
     # Before Hopper (Ampere, Ada: A100, L40S, RTX 4090) torch's default cuBLAS workspace is
     # ":4096:2:16:8", 8.125 MiB; the rest as on Hopper.
@@ -98,6 +104,7 @@ DEVICE_MODELS = {
         flash_attention=True,
         foreach_optimizer=True,
         asynchronous_copies=True,
+        fused_dropout=True,
     ),
     # What the harness measures on CPU: fp32, exact storage bytes, the CPU kernels.
     "cpu": DeviceModel(
@@ -166,7 +173,8 @@ def predict(
         if model.flash_attention
         else contextlib.nullcontext()
     )
-    with mode, attention:
+    dropout = mock.patch.object(F, "dropout", _fused_dropout) if model.fused_dropout else contextlib.nullcontext()
+    with mode, attention, dropout:
         streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
         work.settle()  # optimizer state and the lazily drawn target exist in every measured step
@@ -277,6 +285,13 @@ def _fused_attention(query, key, value, attn_mask=None, *_, **__):
     """SDPA as a fused CUDA kernel runs it: the inputs, the output and an fp32 logsumexp per query
     row are saved, the backward allocates the input gradients. Values are not computed."""
     return _FusedAttentionFunction.apply(query, key, value, attn_mask)
+
+
+def _fused_dropout(input, p=0.5, training=True, inplace=False):
+    """Dropout as CUDA runs it (native_dropout: the output and a bool mask, the mask saved)."""
+    if not training or p == 0:
+        return input
+    return torch.native_dropout(input, p, True)[0]
 
 
 class _FusedAttentionFunction(torch.autograd.Function):

@@ -85,7 +85,12 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
 
 
 def make_trainable(
-    model: nn.Module, training: str, lora_targets: list[str], lora_rank: int, quantization: str = "none"
+    model: nn.Module,
+    training: str,
+    lora_targets: list[str],
+    lora_rank: int,
+    quantization: str = "none",
+    lora_dropout: float = 0.0,
 ) -> nn.Module:
     """Set which weights train: LoRA adapters (PEFT) on a frozen base, nothing, or everything.
     A quantized base (ckptlib.quantize) is quantized before the adapters wrap its layers."""
@@ -102,7 +107,8 @@ def make_trainable(
         _check_targets(model, lora_targets)
         dtype = next(model.parameters()).dtype
         model = inject_adapter_in_model(
-            LoraConfig(r=lora_rank, lora_alpha=lora_rank, target_modules=lora_targets), model
+            LoraConfig(r=lora_rank, lora_alpha=lora_rank, lora_dropout=lora_dropout, target_modules=lora_targets),
+            model,
         )
         for name, param in model.named_parameters():
             if "lora_" in name:

@@ -71,16 +71,18 @@ def build(
     seed: int = 0,
     dtype: torch.dtype | None = None,
     quantization: str = "none",
+    lora_dropout: float = 0.0,
     **shape_overrides,
 ) -> Workload:
     """A family's training step: random weights (the base optionally quantized), the family's
-    inputs, flow-matching-style MSE."""
+    inputs, flow-matching-style MSE. `lora_dropout`: PEFT's dropout before each adapter (SimpleTuner
+    trains with 0.1), which saves a mask and a dropped input per adapted layer."""
     entry = get(family)
     shape = resolve_shape(family, preset, **shape_overrides)
     dtype = dtype or default_dtype(device)
     device = torch.device(device)
     model = materialize(entry.build_meta(preset), device, dtype, seed)
-    model = make_trainable(model, training, list(entry.lora_targets), lora_rank, quantization)
+    model = make_trainable(model, training, list(entry.lora_targets), lora_rank, quantization, lora_dropout)
     model.train()
     generator = seeded_generator(device, seed + 1)
     kwargs = entry.inputs(model.config, shape, device, dtype, generator)

@@ -68,6 +68,14 @@ class Cell:
     offload_attention: bool = setting(
         False, config="mode.offload_attention", label="attention offload {}", group="checkpoint", column=True
     )
+    # also inside recomputed regions, as SimpleTuner does (the docs' activation-offload columns)
+    offload_attention_in_regions: bool = setting(
+        False,
+        config="mode.offload_attention_in_regions",
+        label="attention offload in regions {}",
+        group="checkpoint",
+        since=6,
+    )
     quantization: str = setting("none", config="quantization.name", column=True)
     training: str = setting("lora", config="training", label="{}", column=True)
     lora_rank: int = setting(16, config="lora_rank", label="LoRA rank {}", group="run")
@@ -110,6 +118,7 @@ class Cell:
             regions=self.regions,
             blocks=self.blocks,
             offload_attention=self.offload_attention,
+            offload_attention_in_regions=self.offload_attention_in_regions,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
             offload_stash_depth=self.offload_stash_depth,
             offload_prefetch=self.offload_prefetch,

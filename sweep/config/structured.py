@@ -48,6 +48,7 @@ class ModeConfig:
     regions: Optional[str] = None
     blocks: Any = default("blocks")  # the first k blocks (an int) or a list of block indices; None: every block
     offload_attention: bool = default("offload_attention")
+    offload_attention_in_regions: bool = default("offload_attention_in_regions")
 
 
 @dataclass

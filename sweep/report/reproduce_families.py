@@ -30,6 +30,9 @@ DELTA_TOLERANCE_SHARE = 0.05  # of the published peak: "within 0.25 GiB or 5%"
 # Each GPU column of the tables: the card, and the device model (the cuBLAS workspace differs).
 GPUS = {"H100": ("H100 80GB", "cuda"), "L40S": ("L40S", "cuda-pre-hopper")}
 PREDICTED_ON = "cuda"  # one prediction per cell; another GPU's peak differs only by its workspace
+# SimpleTuner's LoRA defaults where an example config does not say (its lora section's field registry)
+LORA_RANK = 16
+LORA_DROPOUT = 0.1
 STATUSES = ("OOM", "failed", "unsupported", "not run", "not measured")  # "OOM (40.11 GiB)" is an OOM
 
 # A heading that is not a family's docs name, or whose preset is not the family's default.
@@ -104,7 +107,15 @@ def _predict_table(job: tuple[str, str, tuple[str, ...]]) -> dict[str, int | str
     for mode in modes:
         config = as_wired(MODES[mode], build.interval_regions)  # the docs' columns as SimpleTuner ran them
         try:
-            found[mode] = predict(build, config, PREDICTED_ON, preset=preset, training="lora").peak_bytes
+            found[mode] = predict(
+                build,
+                config,
+                PREDICTED_ON,
+                preset=preset,
+                training="lora",
+                lora_rank=LORA_RANK,
+                lora_dropout=LORA_DROPOUT,
+            ).peak_bytes
         except UnsupportedModeError as error:
             found[mode] = f"unsupported: {error}"
         except Exception as error:  # noqa: BLE001 - one cell's failure is its row's, never the page's
@@ -201,7 +212,9 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
         "",
         f"From `sweep/published/{SOURCE.name}` (SimpleTuner's `SEGMENTED_CHECKPOINTING.md`, **published**),",
         "each family's bf16 rows **predicted** at the project's preset for it (`ckpt-sweep families` lists",
-        "them) with LoRA rank 16 on the `cuda` device model (L40S: its smaller cuBLAS workspace). A mode",
+        f"them) with LoRA rank {LORA_RANK} and dropout {LORA_DROPOUT} (SimpleTuner's defaults) on the `cuda` device",
+        "model (L40S: its smaller cuBLAS workspace), each mode as SimpleTuner wires it for the family (its",
+        "interval per block or in segments, its attention offload inside recomputed blocks too). A mode",
         f"is compared as its peak less `{BASELINE}`'s, published against predicted, which cancels what",
         "SimpleTuner's trainer holds besides the transformer; a difference within "
         f"{DELTA_TOLERANCE_GIB:.2f} GiB or {DELTA_TOLERANCE_SHARE:.0%}",

@@ -24,6 +24,9 @@ MODES = {
     "torch-ffn": CheckpointConfig("torch-ffn"),
     "unsloth-ffn": CheckpointConfig("unsloth-ffn", min_offload_bytes=0),
     "activation-offload": CheckpointConfig("none", offload_attention=True, min_offload_bytes=0),
+    "activation-offload-in-regions": CheckpointConfig(
+        "torch", offload_attention=True, offload_attention_in_regions=True, min_offload_bytes=0
+    ),
     "seg2-stride4-offload": CheckpointConfig(
         "torch", interval=2, stride=4, offload_attention=True, min_offload_bytes=0
     ),

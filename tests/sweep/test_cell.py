@@ -78,6 +78,7 @@ def test_every_recorded_cell_key_is_what_its_config_gives_today():
         "offload_stash_depth",
         "offload_prefetch",
         "regions",
+        "offload_attention_in_regions",
     }
 
 
