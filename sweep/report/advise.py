@@ -33,14 +33,15 @@ class Advice:
 # Modes by expected step time, cheapest first, for ranking predictions (which have no time): the
 # docs' published timings put no recompute first, FFN-only recompute before whole blocks, partial
 # segments before every block, and each offloading variant after its plain twin.
-# activation-offload recomputes every block, so its attention offload is skipped and it costs what
-# layer costs, plus the offload hooks: it comes after layer, never before.
+# activation-offload recomputes every block and offloads its attention too (as SimpleTuner does):
+# layer's work plus the copies, after layer, never before.
 EXPECTED_COST_ORDER = [
     "none",
     "torch-ffn",
     "torch-ffn-offload",
     "unsloth-ffn",
     "seg2-stride4",
+    "seg2-stride4-offload-plain",
     "seg2-stride4-offload",
     "interval2",
     "layer",

@@ -146,7 +146,8 @@ def offloaded_nothing(report) -> str | None:
         return None
     return (
         f"offloads nothing: all {skipped} attention modules sit in recomputed blocks, whose saved tensors "
-        "recompute owns; the same work as Torch layer (seg2-stride4-offload and torch-ffn-offload offload)"
+        "recompute owns; the same work as Torch layer (attention offload inside regions, as the docs' "
+        "activation-offload now runs, and seg2-stride4-offload-plain and torch-ffn-offload offload)"
     )
 
 

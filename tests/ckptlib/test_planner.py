@@ -17,7 +17,8 @@ from ckptlib.extrapolate import ShallowPredictor
 from ckptlib.families import build as build_family
 from ckptlib.planner import ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
 
-PATTERNS = ["none", "layer", "interval2", "seg2-stride4-offload", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
+# the planner's own patterns (its attention offload is the project's: in plain blocks only)
+PATTERNS = ["none", "layer", "interval2", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
 CPU_MODEL = Throughput("test", 1e-9, 1e-9, overlaps_copies=False)
 
 
@@ -56,7 +57,10 @@ EXTRAPOLATED = [
     for name, device, patterns in [
         ("synthetic", "cpu", PATTERNS),
         ("synthetic", "cuda", PATTERNS),
-        *(("flux1", "cuda", [mode]) for mode in ("layer", "seg2-stride4-offload", "unsloth", "torch-ffn-offload")),
+        *(
+            ("flux1", "cuda", [mode])
+            for mode in ("layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload")
+        ),
         ("wan", "cpu", PATTERNS),
         ("synthetic int8-torchao", "cuda", PATTERNS),
         ("synthetic int8-sdnq", "cpu", PATTERNS),

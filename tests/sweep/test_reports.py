@@ -546,28 +546,38 @@ def test_an_offload_that_moved_nothing_says_why(tmp_path):
 
     engine = open_store(f"sqlite:///{tmp_path / 'offload.db'}")
     run_id = store.get_or_create_run(engine, "offload", "CPU: x")
-    for i, mode in enumerate(("layer", "activation-offload", "seg2-stride4-offload")):
+    from dataclasses import replace
+
+    modes = [
+        ("layer", ckptlib.MODES["layer"]),
+        ("activation-offload", ckptlib.MODES["activation-offload"]),  # inside regions, as SimpleTuner
+        ("activation-offload", replace(ckptlib.MODES["activation-offload"], offload_attention_in_regions=False)),
+        ("seg2-stride4-offload-plain", ckptlib.MODES["seg2-stride4-offload-plain"]),
+    ]
+    for i, (mode, config) in enumerate(modes):
         work = synthetic.build("tiny")
-        handle = ckptlib.apply(work.model, ckptlib.MODES[mode], work.spec)
+        handle = ckptlib.apply(work.model, replace(config, min_offload_bytes=0), work.spec)
         work.step()
         report = handle.report  # of the step, as the harness records it
-        preset = ckptlib.MODES[mode]
         cell = Cell(
             family="synthetic",
             builder="ckptlib.synthetic.build",
             preset="tiny",
             mode=mode,
-            backend=preset.backend,
-            interval=preset.interval,
-            stride=preset.stride,
-            offload_attention=preset.offload_attention,
+            backend=config.backend,
+            interval=config.interval,
+            stride=config.stride,
+            offload_attention=config.offload_attention,
+            offload_attention_in_regions=config.offload_attention_in_regions,
         )
         result = CellResult("ok", sec_per_step=1 + i / 10, peak_bytes=2**20, report=report.as_dict())
         store.record_cell(engine, run_id, cell.as_dict(), cell.key, result, shape={"tokens": 64})
     [matrix] = build_matrices(load_cells(engine, select_runs(engine)))
     text = matrix.markdown()
     row = matrix.frame.iloc[0]
-    assert row["activation-offload"].endswith("[1]") and not row["seg2-stride4-offload"].endswith("]")
+    plain_blocks_only = "activation-offload (attention offload in regions False)"
+    assert row[plain_blocks_only].endswith("[1]"), dict(row)
+    assert not row["activation-offload"].endswith("]") and not row["seg2-stride4-offload-plain"].endswith("]")
     assert "[1] offloads nothing: all" in text and "the same work as Torch layer" in text
     engine.dispose()
 
