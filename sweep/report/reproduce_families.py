@@ -30,19 +30,54 @@ DELTA_TOLERANCE_SHARE = 0.05  # of the published peak: "within 0.25 GiB or 5%"
 # Each GPU column of the tables: the card, and the device model (the cuBLAS workspace differs).
 GPUS = {"H100": ("H100 80GB", "cuda"), "L40S": ("L40S", "cuda-pre-hopper")}
 PREDICTED_ON = "cuda"  # one prediction per cell; another GPU's peak differs only by its workspace
-# SimpleTuner's LoRA defaults where an example config does not say (its lora section's field registry)
-LORA_RANK = 16
-LORA_DROPOUT = 0.1
+LORA_DROPOUT = 0.1  # SimpleTuner's default (its lora section's field registry); no example sets another
 STATUSES = ("OOM", "failed", "unsupported", "not run", "not measured")  # "OOM (40.11 GiB)" is an OOM
 
-# A heading that is not a family's docs name, or whose preset is not the family's default.
-FAMILY_OF_HEADING: dict[str, tuple[str, str]] = {
-    "AnyFlow Distillation on Anima": ("anyflow", "stage1"),
-    "Kandinsky 5 Video": ("kandinsky5", "t2v-lite"),
-    "LTXVideo 0.9.5": ("ltxvideo", "2b"),
-    "LTXVideo2 2.3": ("ltxvideo2", "2.3-dev"),
-    "Wan 2.1 T2V 1.3B": ("wan", "t2v-1.3b"),
-    "Wan 2.1 T2V 14B": ("wan", "t2v-14b"),
+
+@dataclass(frozen=True)
+class Example:
+    """What a table's SimpleTuner example config trains (`simpletuner/examples/<example>/config.json`
+    and the dataset config it names), as the project's family, preset and shape overrides."""
+
+    family: str | None = None  # None: the family whose docs name is the heading
+    preset: str | None = None  # None: the family's default preset
+    shape: dict = field(default_factory=dict)  # height, width, frames, batch over the preset's
+    lora_rank: int = 16
+    note: str = ""  # what of the example the prediction does not model
+
+
+SQUARE_512 = {"height": 512, "width": 512}  # multidatabackend-small-dreambooth-512px.json: a 512 px square crop
+# multidatabackend-small-video-480p*.json: pixel area 480 x 480, uncropped; a 16:9 bucket of that area
+VIDEO_480 = {"height": 368, "width": 640}
+LOKR = "LyCORIS LoKr adapters, predicted as LoRA"
+EXAMPLES: dict[str, Example] = {
+    "ACE Step 1.5": Example(lora_rank=128),
+    "AnyFlow Distillation on Anima": Example("anyflow", "stage1", lora_rank=64),
+    "AuraFlow": Example(shape=SQUARE_512, lora_rank=8),
+    "Chroma": Example(shape=SQUARE_512),
+    "Cosmos 2 Image": Example(shape=SQUARE_512, note=LOKR),
+    "Cosmos 3": Example(note=LOKR),
+    "ERNIE 4.5 Image": Example(shape=SQUARE_512),
+    "HiDream": Example(shape=SQUARE_512, lora_rank=128),
+    "HunyuanVideo": Example(shape={**VIDEO_480, "batch": 2}),
+    "Kandinsky 5 Video": Example("kandinsky5", "t2v-lite", shape={**VIDEO_480, "frames": 49, "batch": 2}),
+    "Kolors": Example(shape=SQUARE_512),
+    "Krea 2": Example(shape=SQUARE_512, lora_rank=64),
+    "LongCat Image": Example(shape=SQUARE_512),
+    "LTXVideo 0.9.5": Example("ltxvideo", "2b", shape=VIDEO_480),
+    "LTXVideo2 2.3": Example("ltxvideo2", "2.3-dev", shape={"height": 544, "width": 960}),  # pixel area 720
+    "Lumina2": Example(shape={**SQUARE_512, "batch": 2}),
+    "PixArt": Example(shape={"batch": 3}, note=LOKR + "; the example's 42-block 900M is the project's 28-block preset"),
+    "Qwen Image": Example(lora_rank=8),
+    "Sana": Example(shape={"batch": 4}, note=LOKR),
+    "SanaVideo": Example(shape=VIDEO_480),
+    "SD 1.x": Example(shape=SQUARE_512),
+    "SD3": Example(shape={"batch": 3}, lora_rank=128, note="the example's SD3.5 Medium is the project's SD3 Medium"),
+    "SDXL": Example(note=LOKR),
+    "Stable Cascade": Example(shape={"batch": 3}, note=LOKR),
+    "Wan 2.1 T2V 1.3B": Example("wan", "t2v-1.3b", shape=VIDEO_480),
+    "Wan 2.1 T2V 14B": Example("wan", "t2v-14b", shape=VIDEO_480),
+    "Z-Image Turbo": Example(shape=SQUARE_512, lora_rank=64),
 }
 
 
@@ -64,6 +99,7 @@ class Table:
     preset: str | None
     cells: tuple[PublishedCell, ...]
     why: str = ""
+    example: Example = field(default_factory=Example)
 
 
 def _cell(heading: str, precision: str, mode: str, gpu: str, text: str) -> PublishedCell:
@@ -87,7 +123,8 @@ def published_tables() -> list[Table]:
         cells = tuple(
             _cell(table.heading, row[0], row[1], gpu, text) for _, row in table.rows for gpu, text in zip(gpus, row[2:])
         )
-        family, preset = FAMILY_OF_HEADING.get(table.heading, (by_docs_name.get(table.heading), None))
+        example = EXAMPLES.get(table.heading, Example())
+        family, preset = example.family or by_docs_name.get(table.heading), example.preset
         why = ""
         if family is None:
             why = "no family of this name in the project"
@@ -95,13 +132,13 @@ def published_tables() -> list[Table]:
             why, family = all_families()[family].unsupported, None
         else:
             preset = preset or all_families()[family].default_preset
-        tables.append(Table(table.heading, family, preset, cells, why))
+        tables.append(Table(table.heading, family, preset, cells, why, example))
     return tables
 
 
-def _predict_table(job: tuple[str, str, tuple[str, ...]]) -> dict[str, int | str]:
+def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, int | str]:
     """mode -> predicted peak bytes on the `cuda` device model, or why the mode is unsupported."""
-    family, preset, modes = job
+    family, preset, example, modes = job
     build = getattr(builders, family)
     found: dict[str, int | str] = {}
     for mode in modes:
@@ -113,8 +150,9 @@ def _predict_table(job: tuple[str, str, tuple[str, ...]]) -> dict[str, int | str
                 PREDICTED_ON,
                 preset=preset,
                 training="lora",
-                lora_rank=LORA_RANK,
+                lora_rank=example.lora_rank,
                 lora_dropout=LORA_DROPOUT,
+                **example.shape,
             ).peak_bytes
         except UnsupportedModeError as error:
             found[mode] = f"unsupported: {error}"
@@ -127,7 +165,12 @@ def predictions(tables: list[Table], workers: int = 2, progress: Callable[[str],
     """heading -> mode -> predicted peak (bytes on `cuda`) or why not, for each modelled table's
     bf16 modes; one family per forked worker."""
     jobs = {
-        t.heading: (t.family, t.preset, tuple(dict.fromkeys(c.mode for c in t.cells if c.precision == "bf16")))
+        t.heading: (
+            t.family,
+            t.preset,
+            t.example,
+            tuple(dict.fromkeys(c.mode for c in t.cells if c.precision == "bf16")),
+        )
         for t in tables
         if t.family is not None
     }
@@ -212,7 +255,8 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
         "",
         f"From `sweep/published/{SOURCE.name}` (SimpleTuner's `SEGMENTED_CHECKPOINTING.md`, **published**),",
         "each family's bf16 rows **predicted** at the project's preset for it (`ckpt-sweep families` lists",
-        f"them) with LoRA rank {LORA_RANK} and dropout {LORA_DROPOUT} (SimpleTuner's defaults) on the `cuda` device",
+        "them) at the shape, batch and LoRA rank of the table's SimpleTuner example config, LoRA dropout",
+        f"{LORA_DROPOUT} (SimpleTuner's default), on the `cuda` device",
         "model (L40S: its smaller cuBLAS workspace), each mode as SimpleTuner wires it for the family (its",
         "interval per block or in segments, its attention offload inside recomputed blocks too). A mode",
         f"is compared as its peak less `{BASELINE}`'s, published against predicted, which cancels what",
@@ -238,7 +282,13 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
     for table in tables:
         if table.heading not in predicted:
             continue
-        lines += [f"### {table.heading} ({table.family} {table.preset})", ""]
+        shape = "".join(f" {k}={v}" for k, v in table.example.shape.items())
+        lines += [
+            f"### {table.heading} ({table.family} {table.preset}{shape}, LoRA rank {table.example.lora_rank})",
+            "",
+        ]
+        if table.example.note:
+            lines += [f"Not modelled: {table.example.note}.", ""]
         for comparison in (c for c in comparisons if c.table is table):
             lines += [
                 f"{comparison.gpu}:",
