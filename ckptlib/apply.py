@@ -269,6 +269,11 @@ def apply(
     device_type = next(model.parameters()).device.type
     if reason := compiler.unavailable(device_type):
         raise UnsupportedModeError(f"compile {compile}: {reason}")
+    if compiler.compiles and config.offload_attention_in_regions:
+        raise UnsupportedModeError(
+            f"compile {compile}: attention offload inside recomputed regions does not run compiled "
+            "(its hooks would sit inside the compiled block); seg2-stride4-offload-plain offloads in plain blocks"
+        )
     try:
         plans = plan_lists({path: len(blocks) for path, blocks in block_lists.items()}, config)
     except ValueError as error:

@@ -90,7 +90,16 @@ def schedule_key(config: CheckpointConfig) -> tuple:
     blocks = config.blocks if config.checkpoints else None
     if not config.checkpoints:
         interval = 1
-    return (config.backend, interval, config.stride or interval, blocks, config.offload_attention)
+    regions = config.regions if interval > 1 else "segments"
+    return (
+        config.backend,
+        interval,
+        config.stride or interval,
+        blocks,
+        config.offload_attention,
+        config.offload_attention_in_regions,
+        regions,
+    )
 
 
 def check_quantization(name: str) -> None:

@@ -65,11 +65,15 @@ def assert_compiled_matches_eager(builder, preset, config, compile):
         assert compiled_report.offload["tensors_reloaded"] == compiled_report.offload["tensors_offloaded"]
 
 
-SYNTHETIC_CASES = {**MODES, "unsloth-first3": FIRST_BLOCKS}
+# every mode that compiles (attention offload inside regions does not: test below)
+SYNTHETIC_CASES = {
+    **{name: config for name, config in MODES.items() if not config.offload_attention_in_regions},
+    "unsloth-first3": FIRST_BLOCKS,
+}
 
 
 # every backend and schedule compiled regionally; under full compilation, one of each backend
-FULL_CASES = ["none", "seg2-stride4-offload", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
+FULL_CASES = ["none", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
 CASES = [(mode, "regional") for mode in SYNTHETIC_CASES] + [(mode, "full") for mode in FULL_CASES]
 
 
@@ -82,7 +86,7 @@ def flux1(preset, **kwargs):
     return build("flux1", preset, **kwargs)
 
 
-@pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload", "unsloth", "torch-ffn-offload", "unsloth-ffn"])
+@pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"])
 def test_flux_compiled_step_matches_eager(mode):
     """A real family's two block lists under regional compilation, one schedule of each backend."""
     assert_compiled_matches_eager(flux1, "tiny", MODES[mode], "regional")
@@ -99,11 +103,20 @@ def test_identical_blocks_share_one_graph():
 def test_remove_restores_the_eager_model():
     work = synthetic.build("tiny", training="full")
     forwards = [block.forward for block in work.model.blocks]
-    handle = ckptlib.apply(work.model, MODES["seg2-stride4-offload"], work.spec, compile="full")
+    handle = ckptlib.apply(work.model, MODES["seg2-stride4-offload-plain"], work.spec, compile="full")
     handle.remove()
     assert "forward" not in work.model.__dict__
     assert all("forward" not in m.__dict__ for m in work.model.modules())
     assert [block.forward for block in work.model.blocks] == forwards
+
+
+@pytest.mark.parametrize("compile", ["regional", "full"])
+def test_attention_offload_inside_regions_is_unsupported_compiled_and_says_why(compile):
+    """Its hooks would sit inside the compiled block, which Dynamo traces through: nothing would move."""
+    work = synthetic.build("tiny")
+    with pytest.raises(UnsupportedModeError, match="attention offload inside recomputed regions does not run"):
+        ckptlib.apply(work.model, MODES["activation-offload"], work.spec, compile=compile)
+    assert "forward" not in work.model.__dict__ and all("forward" not in m.__dict__ for m in work.model.modules())
 
 
 def test_without_a_cpp_compiler_compiling_is_unsupported():
