@@ -102,12 +102,12 @@ def import_tables(args: list[str]) -> None:
     parser.add_argument("--source", help="where the numbers come from (default: the file path)")
     parser.add_argument("--family", help="family of tables the importer does not know by heading")
     options = parser.parse_args(args)
-    from sweep.report.published import BUNDLED, import_file
+    from sweep.report.published import DOCS_TABLES, import_file
     from sweep.report.text import TableError
 
     if (options.file is None) == (not options.docs):
         parser.error("give one of FILE.md and --docs")
-    files = sorted(BUNDLED.glob("*.md")) if options.docs else [options.file]
+    files = list(DOCS_TABLES) if options.docs else [options.file]
     engine = _engine(options.db, create=True)
     try:
         run_ids = [

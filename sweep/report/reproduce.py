@@ -16,7 +16,7 @@ from ckptlib.predict import predict
 from ckptlib.units import GIB
 from sweep.machine.cards import HOST_LINKS
 
-from .published import BUNDLED, parse_file
+from .published import DOCS_TABLES, parse_file
 from .text import SYNTHETIC_COLUMNS
 
 # Each GPU of the docs: its device model (the cuBLAS workspace differs) and its host link.
@@ -34,7 +34,8 @@ def docs_config(mode: str):
 
 def published_cells() -> list[dict]:
     cells = []
-    for run in parse_file(BUNDLED / "unsloth-synthetic.md"):
+    runs = [run for path in DOCS_TABLES for run in parse_file(path)]
+    for run in runs:
         for cell, _, result, shape in run["cells"]:
             cells.append(
                 {
