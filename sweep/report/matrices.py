@@ -17,7 +17,7 @@ from ckptlib.modes import MODES
 from ckptlib.plan import describe_blocks
 from ckptlib.quantize import precision_label
 from ckptlib.units import unit_for
-from sweep.config.cell import FIELDS, LABELS, default, differing, setting_label
+from sweep.config.cell import FIELDS, LABELS, LATER_FIELDS, default, differing, setting_label
 from sweep.vocabulary import Provenance, Status
 
 from .text import BUSY_LOAD, BUSY_MARK, NOISY_MARK, NOT_RUN, QUANTIZATION_ORDER, SYNTHETIC_COLUMNS, cell_texts, slug
@@ -54,9 +54,12 @@ def _sources(cells: pd.DataFrame) -> list[str]:
 
 
 def _settings(config) -> dict:
-    """The settings of one recorded cell that a heading may need (published cells record few)."""
+    """The settings of one recorded cell that a heading may need (published cells record few; a
+    cell the harness recorded before a setting existed ran at its default, as its key says)."""
     config = config if isinstance(config, dict) else {}
-    values = {k: config.get(k) for k in (*CHECKPOINT_SETTINGS, *RUN_SETTINGS)}
+    if "backend" in config:  # a whole cell, as the harness records one
+        config = {**LATER_FIELDS, **config}
+    values = {k: config.get(k) for k in ("family", *CHECKPOINT_SETTINGS, *RUN_SETTINGS)}  # family: its wiring
     if values["blocks"] is not None:  # an int or (from JSON) a list: one text, to group and sort by
         values["blocks"] = describe_blocks(values["blocks"])
     values.update({f"shape.{k}": v for k, v in (config.get("shape") or {}).items()})
