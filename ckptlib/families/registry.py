@@ -116,11 +116,6 @@ class FamilyBuilder:
         return "tiny" if family.unsupported else family.default_preset
 
     @property
-    def interval_regions(self) -> str:
-        """What an interval of whole blocks groups in SimpleTuner's model of this family (Family)."""
-        return get(self.name).interval_regions
-
-    @property
     def presets(self) -> list[str] | None:
         """None for a family without a class: any preset runs, and records why it is unsupported."""
         family = get(self.name)

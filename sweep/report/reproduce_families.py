@@ -147,7 +147,8 @@ def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, 
     build = getattr(builders, family)
     found: dict[str, int | str] = {}
     for mode in modes:
-        config = as_wired(MODES[mode], build.interval_regions)  # the docs' columns as SimpleTuner ran them
+        wiring = all_families()[family].interval_regions
+        config = as_wired(MODES[mode], wiring)  # the docs' columns as SimpleTuner ran them
         try:
             found[mode] = predict(
                 build,
