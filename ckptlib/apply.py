@@ -284,7 +284,8 @@ def apply(
         on_gpu = any(p.device.type == "cuda" for p in model.parameters())
         host = available_host_bytes() if host_bytes is None else host_bytes
         limit = None if host is None else int(config.host_memory_share * host)  # unknown host: no limit
-        pool = HostPool(config.pin_memory_max_buckets, pin=on_gpu, limit_bytes=limit)
+        host_device = "meta" if any(p.is_meta for p in model.parameters()) else "cpu"  # a prediction's host copies
+        pool = HostPool(config.pin_memory_max_buckets, pin=on_gpu, limit_bytes=limit, device=host_device)
         offloader = Offloader(
             pool,
             config.min_offload_bytes,

@@ -1,5 +1,5 @@
 """Peak live tensor bytes of one device, for CPU runs where there is no allocator peak counter,
-and for predictions under FakeTensorMode where nothing is allocated at all.
+and for predictions on the meta device where nothing is allocated at all.
 
 A TorchDispatchMode sees every tensor an op returns; a finalizer on each new storage subtracts its
 bytes when the storage dies (what torch.distributed._tools.mem_tracker does, without its
@@ -30,9 +30,9 @@ CATEGORIES = ("parameters", "gradients", "optimizer", "inputs", "activations", "
 
 # NOTE [ Device queries ]
 # The autograd engine asks every gradient's device from C++; on a tensor subclass that dispatches
-# its device (FakeTensor) the question comes to every dispatch mode as prim.device: six in ten of a
-# prediction's ops. It allocates nothing, and `.device` answers it without the modes below this one
-# (FakeTensor's own property), a seventh of a prediction's time.
+# its device (FakeTensor: six in ten of a fake step's ops) the question comes to every dispatch mode
+# as prim.device. It allocates nothing, and `.device` answers it without the modes below this one
+# (the subclass's own property).
 _DEVICE_QUERY = torch.ops.prim.device.default
 
 
@@ -48,18 +48,18 @@ def plain_tensors(tensor: torch.Tensor):
 
 
 def storage_id(tensor: torch.Tensor) -> int:
-    """Which memory a tensor views. Not data_ptr(): fake tensors (predict) all report 0."""
+    """Which memory a tensor views. Not data_ptr(): meta tensors (predict) all report 0."""
     return tensor.untyped_storage()._cdata
 
 
-def _tensors_in(values, found: list[torch.Tensor]) -> list[torch.Tensor]:
+def tensors_in(values, found: list[torch.Tensor]) -> list[torch.Tensor]:
     """The tensors among an op's arguments or results (nested in tuples and lists), into `found`:
     what tree_leaves gives for them, at a fraction of its cost on every op of a prediction."""
     for value in values:
         if isinstance(value, torch.Tensor):
             found.append(value)
         elif isinstance(value, (tuple, list)):
-            _tensors_in(value, found)
+            tensors_in(value, found)
     return found
 
 
@@ -79,11 +79,13 @@ class LiveTensorTracker(TorchDispatchMode):
 
     Storages that existed before entering (parameters, inputs) are not counted; add them with `track`.
     `round_to` rounds every storage up as an allocator would (the CUDA caching allocator: 512 B).
+    `device` may name several device types: a prediction of a CPU step tracks its meta tensors and
+    the real CPU tensors it makes (AdamW's step counters), which a CUDA step keeps off the device.
     """
 
-    def __init__(self, device: str | torch.device = "cpu", round_to: int = 1):
+    def __init__(self, device: str | torch.device | tuple[str, ...] = "cpu", round_to: int = 1):
         super().__init__()
-        self.device = torch.device(device)
+        self.device_types = {torch.device(d).type for d in (device if isinstance(device, tuple) else (device,))}
         self.round_to = round_to
         self.live_bytes = 0
         self.peak_bytes = 0
@@ -120,17 +122,17 @@ class LiveTensorTracker(TorchDispatchMode):
         """What an op did: its new storages are registered (a subclass may count more)."""
         if getattr(_untracked, "active", False):
             return
-        results = _tensors_in((out,), [])
+        results = tensors_in((out,), [])
         if results:
             # Views and in-place results share an input's storage: only new storages are allocations.
-            inputs = {storage_id(t) for t in _tensors_in(kwargs.values(), _tensors_in(args, []))}
+            inputs = {storage_id(t) for t in tensors_in(kwargs.values(), tensors_in(args, []))}
             category = self.phase or ("temporaries" if torch._C._current_graph_task_id() != -1 else "activations")
             for t in results:
                 if storage_id(t) not in inputs:
                     self._register(t, category)
 
     def _register(self, t: torch.Tensor, category: str) -> None:
-        if t.device.type != self.device.type:
+        if t.device.type not in self.device_types:
             return
         storage = t.untyped_storage()
         key = storage._cdata
@@ -156,7 +158,7 @@ class LiveTensorTracker(TorchDispatchMode):
 
 def step_peak(
     work,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | tuple[str, ...] = "cpu",
     round_to: int = 1,
     tracker_type: type[LiveTensorTracker] = LiveTensorTracker,
 ) -> LiveTensorTracker:

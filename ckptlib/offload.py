@@ -78,7 +78,8 @@ class _Parked:
 
     def __init__(self, buffer: HostBuffer, source: torch.Tensor, region: int):
         self.buffer: HostBuffer | None = buffer  # None once released (reloaded, or reclaimed)
-        self.template = torch.empty_like(source, device="meta")  # shape, strides, dtype
+        with untracked():  # bookkeeping, not the device's memory (a prediction's device is meta too)
+            self.template = torch.empty_like(source, device="meta")  # shape, strides, dtype
         self.device = source.device
         self.copied = None  # event recorded after the device-to-host copy
         self.device_ref = source  # keeps the device memory until the copy is known to be done

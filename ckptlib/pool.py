@@ -122,12 +122,13 @@ class _Bucket:
 
 
 class HostPool:
-    def __init__(self, max_buckets: int, pin: bool, limit_bytes: int | None = None):
+    def __init__(self, max_buckets: int, pin: bool, limit_bytes: int | None = None, device: str = "cpu"):
         if max_buckets < 0:
             raise ValueError(f"max_buckets must be 0 or more, got {max_buckets}")
         self.max_buckets = max_buckets
         self.pin = self._wants_pin = pin
         self.limit_bytes = limit_bytes
+        self.device = device  # "meta" for a model on the meta device (a prediction): nothing is allocated
         self.stats = PoolStats()
         self._buckets: OrderedDict[tuple[int, torch.dtype, torch.layout], _Bucket] = OrderedDict()
         self._one_off_bytes = 0  # one-off pageable buffers still in use
@@ -199,12 +200,12 @@ class HostPool:
         with untracked():
             if pin:
                 try:
-                    return torch.empty(numel, dtype=dtype, pin_memory=True)
+                    return torch.empty(numel, dtype=dtype, device=self.device, pin_memory=True)
                 except RuntimeError as error:
                     self.stats.pin_failures += 1
                     self.pin = False
                     self._warn_pageable(f"pinning failed ({str(error).splitlines()[0]})")
-            return torch.empty(numel, dtype=dtype)
+            return torch.empty(numel, dtype=dtype, device=self.device)
 
     def _warn_pageable(self, why: str) -> None:
         if self._wants_pin and not self._warned:  # a CPU model's buffers are pageable by design

@@ -176,3 +176,55 @@ def test_simpletuners_attention_offload_keeps_each_forwarded_blocks_dropout_mask
 
     assert rise("layer") == pytest.approx(masks, rel=0.05)
     assert rise("activation-offload") == pytest.approx(2 * masks, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "family,device,preset", [("kandinsky5", "cuda", "tiny"), ("flux1", "cuda", "tiny"), ("wan", "cpu", "tiny")]
+)
+def test_answers_from_the_meta_op_cache_change_no_prediction(family, device, preset, monkeypatch):
+    """NOTE [ Meta, not fake ]: every mode predicted with ops answered from the cache equals the
+    prediction that runs every meta kernel (Kandinsky 5's recompute reads an `_unsafe_view`, whose
+    storage is its input's), in bf16 on the cuda device model and in fp32 on the cpu one."""
+    from ckptlib.modes import MODES as DOCS_MODES
+    from ckptlib.predict import META_OPS, MetaOpCache
+
+    build = getattr(builders, family)
+    modes = ("none", "layer", "unsloth", "seg2-stride4-offload", "activation-offload", "torch-ffn")
+
+    def every_mode():
+        found = []
+        for mode in modes:
+            p = predict(build, DOCS_MODES[mode], device, preset=preset, training="lora")
+            found.append((mode, p.peak_bytes, p.stage_peaks, p.breakdown, p.flops, p.copied_bytes))
+        return found
+
+    hits = META_OPS.hits
+    cached = every_mode()
+    assert META_OPS.hits > hits  # the cache answered
+    monkeypatch.setattr(MetaOpCache, "key", lambda *_: None)
+    assert cached == every_mode()
+
+
+def test_an_op_that_returns_its_inputs_storage_is_never_answered_from_the_cache():
+    """`_unsafe_view` declares no alias yet returns its input's storage: a cached answer would be a
+    new storage, counted again and freed apart from its input."""
+    from ckptlib.memory import storage_id
+    from ckptlib.predict import MetaOpCache, StepCounter
+
+    cache = MetaOpCache()
+    x = torch.empty(4, 6, device="meta")
+    with StepCounter("meta", cache=cache):
+        views = [torch.ops.aten._unsafe_view(x, [24]) for _ in range(2)]
+        sums = [torch.ops.aten.add.Tensor(x, x) for _ in range(2)]
+    assert all(storage_id(v) == storage_id(x) for v in views)
+    assert cache.hits == 1 and storage_id(sums[0]) != storage_id(sums[1])  # the add was answered, afresh
+
+
+def test_the_cpu_device_model_runs_the_attention_kernel_the_cpu_picks():
+    """On meta, SDPA decomposes into its math path (a score matrix saved); the cpu device model
+    runs the CPU's flash kernel where the CPU picks it, so the prediction's attention saves what
+    the measured CPU step saves (the math path's scores: 23% over it)."""
+    kwargs = {"preset": "cpu-256", "training": "lora"}
+    measured = measured_peak(synthetic.build, MODES["none"], **kwargs)
+    predicted = predict(synthetic.build, MODES["none"], "cpu", **kwargs)
+    assert abs(predicted.peak_bytes / measured.peak_bytes - 1) < 0.01, (predicted.peak_bytes, measured.peak_bytes)
