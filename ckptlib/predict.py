@@ -249,7 +249,10 @@ class MetaOpCache:
             return None
         self.hits += 1
         layouts, flops, as_tuple = entry
-        outs = tuple(torch.empty_strided(shape, stride, dtype=dtype, device="meta") for shape, stride, dtype in layouts)
+        outs = tuple(
+            None if layout is None else torch.empty_strided(layout[0], layout[1], dtype=layout[2], device="meta")
+            for layout in layouts
+        )
         return (outs if as_tuple else outs[0]), flops
 
     def store(self, key: tuple, args, out, flops: int) -> None:
@@ -260,6 +263,9 @@ class MetaOpCache:
             return
         layouts = []
         for o in outs:
+            if o is None:  # a gradient not asked for (native_layer_norm_backward's output mask)
+                layouts.append(None)
+                continue
             if type(o) is not torch.Tensor or not o.is_meta or o.storage_offset() != 0:
                 return
             remade = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device="meta")

@@ -219,14 +219,14 @@ def test_plans_of_one_card_at_two_precisions_keep_their_own_table_and_picture():
 
 
 def test_when_nothing_fits_the_base_as_it_is_the_plan_is_made_with_a_quantized_base():
-    """`plan` without --quantization: no schedule fits the bf16 base (33.32 MiB + the context is
-    545.32 MiB), so it plans an int8 base (its smallest, 33.07 MiB, fits) and says why first."""
+    """`plan` without --quantization: no schedule fits the bf16 base (33.31 MiB + the context is
+    545.31 MiB), so it plans an int8 base (its smallest, 33.07 MiB, fits) and says why first."""
     card = int(545.2 * MIB)
     asked = Request("synthetic", "ckptlib.synthetic.build", "tiny", card, "545.2 MiB", try_quantized=True)
     outcome = make_plan(asked, None)
     assert outcome.request.quantization == "int8-torchao" and outcome.recommended is not None
     assert outcome.lines[0].startswith("nothing fits with the base as it is (98 schedules): the smallest, ")
-    assert outcome.lines[0].endswith("needs 33.32 MiB + 512.00 MiB context = 545.32 MiB, 0.12 MiB over the budget")
+    assert outcome.lines[0].endswith("needs 33.31 MiB + 512.00 MiB context = 545.31 MiB, 0.11 MiB over the budget")
     assert outcome.lines[1].startswith("so this plan holds the frozen base weights in int8-torchao")
     assert '"base_model_precision": "int8-torchao"' in "\n".join(outcome.lines)
     assert "quantization=int8-torchao" in run_command(outcome.request, outcome.recommended.config)
