@@ -271,8 +271,12 @@ def _copy_modules(module: torch.nn.Module, memo: dict[int, object]) -> torch.nn.
             state[name] = {k: None if m is None else _copy_modules(m, memo) for k, m in value.items()}
         elif name in ("_parameters", "_buffers"):
             state[name] = {k: None if t is None else copy.deepcopy(t, memo) for k, t in value.items()}
+        elif isinstance(value, _IMMUTABLE):
+            state[name] = value
+        elif isinstance(value, (dict, list, set)) and not value:  # a module's hook tables, mostly
+            state[name] = copy.copy(value)
         else:
-            state[name] = value if isinstance(value, _IMMUTABLE) else copy.deepcopy(value, memo)
+            state[name] = copy.deepcopy(value, memo)
     clone.__dict__.update(state)
     return clone
 
