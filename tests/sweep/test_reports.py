@@ -649,3 +649,30 @@ def test_a_single_token_count_and_shared_settings_are_in_the_title(tmp_path):
     assert matrix.title == "synthetic: rank64; 256 tokens, bf16, lora, LoRA rank 64, compile regional"
     assert {"No checkpoint", "Torch layer"} <= set(matrix.frame.columns)
     engine.dispose()
+
+
+def test_a_figure_is_drawn_again_only_when_what_it_shows_changed(tmp_path, monkeypatch):
+    """Regenerating the reports redraws the figures whose data, title or drawing code changed (a
+    fingerprint in the PNG), and none of the others."""
+    from sweep.report import plots
+
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(path) or save(fig, path))
+    points = pd.DataFrame(
+        {"sec": [0.10, 0.12], "peak": [8 * 2**30, 5 * 2**30], "precision": ["bf16", "bf16"], "label": ["none", "layer"]}
+    )
+    path = tmp_path / "figure.png"
+    plots.tradeoff_plot(points, "flux1 dev on H100", path)
+    first = path.read_bytes()
+    plots.tradeoff_plot(points, "flux1 dev on H100", path)
+    assert len(drawn) == 1 and path.read_bytes() == first
+    plots.tradeoff_plot(points.assign(sec=[0.10, 0.13]), "flux1 dev on H100", path)
+    plots.tradeoff_plot(points, "flux1 dev on L40S", path)
+    assert len(drawn) == 3
+    monkeypatch.setattr(plots, "_CODE", "edited")
+    plots.tradeoff_plot(points, "flux1 dev on L40S", path)
+    assert len(drawn) == 4
+    path.write_bytes(b"not a png")  # a file that is not one of ours is drawn over
+    plots.tradeoff_plot(points, "flux1 dev on L40S", path)
+    assert len(drawn) == 5 and path.read_bytes().startswith(b"\x89PNG")
