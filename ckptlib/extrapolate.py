@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .config import CheckpointConfig
+from .memory import plain_tensors, storage_id
 from .predict import DeviceModel, Prediction, device_model, predict, truncate_blocks
 from .quantize import is_quantized
 from .workload import Workload
@@ -143,6 +144,18 @@ class ShallowPredictor:
             probe = self._copy(dict.fromkeys(self.sizes, 1))()
             predict(lambda **_: probe, CheckpointConfig("none"), self.device, dtype=self._dtype)
             self._meta.target = torch.empty(probe.target.shape, dtype=probe.target.dtype, device="meta")
+
+    @property
+    def weight_bytes(self) -> int:
+        """The device bytes of the model's weights, LoRA adapters included, as the allocator rounds
+        them: alive through every stage of every step, a floor under any schedule's peak."""
+        round_to = self.device.allocator_round_bytes
+        storages = {
+            storage_id(plain): plain.untyped_storage().nbytes()
+            for p in self._meta.model.parameters()
+            for plain in plain_tensors(p)
+        }
+        return sum(-(-size // round_to) * round_to for size in storages.values())
 
     def predict(self, config: CheckpointConfig, depths: Mapping[str, int] | None = None) -> Prediction:
         """The prediction at `depths` (block list -> blocks kept; None: the whole model)."""

@@ -122,6 +122,13 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
     predictor = ShallowPredictor(
         build, request.device, preset=request.preset, training=request.training, quantization=request.quantization
     )
+    may_quantize = request.try_quantized and request.quantization == "none"
+    if may_quantize and not request.budget.fits(predictor.weight_bytes):  # no schedule can fit: no search
+        weights = request.budget.against(predictor.weight_bytes)
+        why = f"nothing fits with the base as it is: its weights alone need {weights}"
+        quantized = _quantized_instead(request, why, engine, progress)
+        if quantized is not None:
+            return quantized
     throughput = assumed_throughput(request.device, request.link)
     plan = plan_schedules(predictor, throughput, workers=request.workers, progress=progress)
     if engine is not None:
@@ -130,15 +137,19 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
     recommended, checked = _recommend(plan, predictor, request.budget_bytes)
     lines = describe_outcome(request, plan, throughput, recommended, checked)
     outcome = PlanResult(request, plan, throughput, recommended, checked, lines)
-    if recommended is None and request.try_quantized and request.quantization == "none":
-        return _quantized_instead(outcome, engine, progress) or outcome
+    if recommended is None and may_quantize:
+        closest = plan.smallest()
+        why = (
+            f"nothing fits with the base as it is ({len(plan.candidates)} schedules): the smallest, "
+            f"{describe(closest.config)}, needs {request.budget.against(closest.peak_bytes)}"
+        )
+        return _quantized_instead(request, why, engine, progress) or outcome
     return outcome
 
 
-def _quantized_instead(unfit: PlanResult, engine: Engine | None, progress) -> PlanResult | None:
-    """The plan with the first installed quantized base, led by why (nothing fits the base as it
+def _quantized_instead(request: Request, why: str, engine: Engine | None, progress) -> PlanResult | None:
+    """The plan with the first installed quantized base, led by `why` (nothing fits the base as it
     is); None where no quantization is installed."""
-    request, closest = unfit.request, unfit.plan.smallest()
     for quantization in QUANTIZATION_NAMES[1:]:
         try:
             check_quantization(quantization)
@@ -146,8 +157,7 @@ def _quantized_instead(unfit: PlanResult, engine: Engine | None, progress) -> Pl
             continue
         outcome = make_plan(replace(request, quantization=quantization, try_quantized=False), engine, progress)
         outcome.lines[:0] = [
-            f"nothing fits with the base as it is ({len(unfit.plan.candidates)} schedules): the smallest, "
-            f"{describe(closest.config)}, needs {request.budget.against(closest.peak_bytes)}",
+            why,
             f"so this plan holds the frozen base weights in {quantization} (--quantization none keeps them as "
             f"they are; --quantization {' / '.join(QUANTIZATION_NAMES[2:])} plans another base):",
         ]

@@ -218,6 +218,27 @@ def test_plans_of_one_card_at_two_precisions_keep_their_own_table_and_picture():
     assert page.count("**recommended**") == 2
 
 
+def test_a_base_whose_weights_alone_pass_the_budget_is_not_searched(monkeypatch):
+    """Every weight is alive through every step: when the bf16 weights alone (0.88 MiB + the
+    context) pass the budget, no schedule can fit, and plan goes straight to a quantized base,
+    saying why (Flux.1 dev on a 24 GB card: 22 GiB of weights)."""
+    import sweep.plan.planning as planning
+
+    searched = []
+    search = planning.plan_schedules
+    monkeypatch.setattr(planning, "plan_schedules", lambda p, *a, **k: searched.append(p) or search(p, *a, **k))
+    card = int(512.7 * MIB)
+    outcome = make_plan(
+        Request("synthetic", "ckptlib.synthetic.build", "tiny", card, "512.7 MiB", try_quantized=True), None
+    )
+    assert len(searched) == 1 and outcome.request.quantization == "int8-torchao"
+    assert outcome.lines[0] == (
+        "nothing fits with the base as it is: its weights alone need "
+        "0.88 MiB + 512.00 MiB context = 512.88 MiB, 0.18 MiB over the budget"
+    )
+    assert outcome.lines[1].startswith("so this plan holds the frozen base weights in int8-torchao")
+
+
 def test_when_nothing_fits_the_base_as_it_is_the_plan_is_made_with_a_quantized_base():
     """`plan` without --quantization: no schedule fits the bf16 base (33.31 MiB + the context is
     545.31 MiB), so it plans an int8 base (its smallest, 33.07 MiB, fits) and says why first."""
