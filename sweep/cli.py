@@ -304,6 +304,7 @@ def plan_verb(args: list[str]) -> None:
             options.family, target, preset, vram, card, options.training,
             quantization, options.device, options.link, options.hardware, margin=margin,
             try_quantized=options.quantization is None,
+            try_smaller=True,
         )  # fmt: skip
         engine = _engine(options.db, create=True)
         outcome = make_plan(request, engine, progress=PlanningProgress())

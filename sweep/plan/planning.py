@@ -44,6 +44,8 @@ class Request:
     workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
     margin: float = 0.0  # the share of the card kept free
     try_quantized: bool = False  # nothing fits with the base as it is: plan a quantized base instead
+    try_smaller: bool = False  # nothing fits at the preset's shape: plan the nearest smaller resolution
+    shape: dict[str, int] = field(default_factory=dict)  # overrides of the preset's shape (height, width)
 
     @property
     def budget(self) -> Budget:
@@ -120,7 +122,12 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
 
     build = import_builder(request.builder)
     predictor = ShallowPredictor(
-        build, request.device, preset=request.preset, training=request.training, quantization=request.quantization
+        build,
+        request.device,
+        preset=request.preset,
+        training=request.training,
+        quantization=request.quantization,
+        **request.shape,
     )
     may_quantize = request.try_quantized and request.quantization == "none"
     if may_quantize and not request.budget.fits(predictor.weight_bytes):  # no schedule can fit: no search
@@ -128,7 +135,7 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
         why = f"nothing fits with the base as it is: its weights alone need {weights}"
         quantized = _quantized_instead(request, why, engine, progress)
         if quantized is not None:
-            return quantized
+            return _smaller_if_unfit(quantized, engine, progress)
     throughput = assumed_throughput(request.device, request.link)
     plan = plan_schedules(predictor, throughput, workers=request.workers, progress=progress)
     if engine is not None:
@@ -143,8 +150,70 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
             f"nothing fits with the base as it is ({len(plan.candidates)} schedules): the smallest, "
             f"{describe(closest.config)}, needs {request.budget.against(closest.peak_bytes)}"
         )
-        return _quantized_instead(request, why, engine, progress) or outcome
+        outcome = _quantized_instead(request, why, engine, progress) or outcome
+    return _smaller_if_unfit(outcome, engine, progress)
+
+
+# The training resolutions a trainer steps down through, as short sides (SimpleTuner's dataset
+# "resolution" with "resolution_type": "pixel").
+SHORT_SIDES = (1024, 768, 512, 384, 256)
+
+
+def smaller_shape(request: Request) -> dict[str, int] | None:
+    """The request's shape at the next smaller training resolution (aspect kept, sides a multiple of
+    64), as build overrides; None for a builder without an image shape or at the smallest."""
+    from sweep.config.builders import import_builder
+
+    resolve = getattr(import_builder(request.builder), "resolve_shape", None)
+    if resolve is None:
+        return None
+    shape = resolve(request.preset, **request.shape)
+    short = min(shape.height, shape.width)
+    side = next((s for s in SHORT_SIDES if s < short), None)
+    if side is None:
+        return None
+    scale = side / short
+    return {
+        **request.shape,
+        "height": 64 * round(shape.height * scale / 64),
+        "width": 64 * round(shape.width * scale / 64),
+    }
+
+
+def _smaller_if_unfit(outcome: PlanResult, engine: Engine | None, progress) -> PlanResult:
+    """Where nothing fits, the plan at the nearest smaller resolution that fits, led by why (the
+    base precision stays the one just planned); the outcome as it is when none does."""
+    request = outcome.request
+    if outcome.recommended is not None or not request.try_smaller:
+        return outcome
+    closest = outcome.plan.smallest()
+    base = "" if request.quantization == "none" else f" with the {request.quantization} base"
+    why = (
+        f"nothing fits at {_resolution(request)}{base}: "
+        f"the smallest, {describe(closest.config)}, needs {request.budget.against(closest.peak_bytes)}"
+    )
+    smaller = replace(request, try_quantized=False, try_smaller=False)
+    while (shape := smaller_shape(smaller)) is not None:
+        smaller = replace(smaller, shape=shape)
+        found = make_plan(smaller, engine, progress)
+        if found.recommended is not None:
+            side = min(shape["height"], shape["width"])
+            found.lines[:0] = [
+                why,
+                f"so this plan trains at {_resolution(smaller)}, the nearest smaller resolution that fits "
+                f'(SimpleTuner\'s dataset config: "resolution": {side}, "resolution_type": "pixel"):',
+            ]
+            return found
     return outcome
+
+
+def _resolution(request: Request) -> str:
+    """'1024x1024 (4096 tokens)': the shape a plan trains at."""
+    from sweep.config.builders import describe_shape, import_builder
+
+    facts = describe_shape(import_builder(request.builder), request.preset, request.shape)
+    tokens = f" ({facts['tokens']} tokens)" if facts.get("tokens") else ""
+    return f"{facts.get('height')}x{facts.get('width')}{tokens}"
 
 
 def _quantized_instead(request: Request, why: str, engine: Engine | None, progress) -> PlanResult | None:
@@ -221,7 +290,8 @@ def describe_outcome(
     checked: Estimate | None,
 ) -> list[str]:
     lines = [
-        f"{request.family} {request.preset} ({describe_training(request)}) on {request.card}: "
+        f"{request.family} {request.preset}{' at ' + _resolution(request) if request.shape else ''} "
+        f"({describe_training(request)}) on {request.card}: "
         f"{request.budget.heading()}; {len(plan.candidates)} schedules from {plan.predictions} "
         f"shallow predictions ({request.device} device model)",
         f"step time: {throughput.description}",
@@ -283,7 +353,12 @@ def describe_training(request: Request) -> str:
 def plot_name(request: Request) -> str:
     """The frontier's file name: one per model, training, base precision, card and device model,
     so that no plan's picture overwrites another's."""
-    return slug(f"plan-{request.family}-{request.preset}-{describe_training(request)}-{request.card}-{request.device}")
+    return slug(f"plan-{_model(request)}-{describe_training(request)}-{request.card}-{request.device}")
+
+
+def _model(request: Request) -> str:
+    """'flux1 dev', or 'flux1 dev height=768 width=768' at another shape than the preset's."""
+    return " ".join([request.family, request.preset, *(f"{k}={v}" for k, v in request.shape.items())])
 
 
 def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | None, rows: int = 14) -> list[str]:
@@ -336,6 +411,7 @@ def run_command(request: Request, config: CheckpointConfig) -> str:
     if request.builder != builtin_builder(request.family):  # the user's own model
         family = f"family._target_={request.builder} family.name={request.family}"
     cell = f"preset={request.preset} training={request.training} quantization={request.quantization}"
+    cell += "".join(f" +shape.{name}={value}" for name, value in request.shape.items())
     return f"ckpt-sweep run sweep=none {family} {cell} {run_override(config)}"
 
 
@@ -387,6 +463,7 @@ def planned_cells(outcome: PlanResult) -> list[tuple[dict, str, CellResult, dict
             mode="planned" if candidate is chosen else f"frontier-{rank}",
             training=request.training,
             quantization=request.quantization,
+            shape=dict(request.shape),
             **{name: getattr(config, name) for name in SCHEDULE_FIELDS},
         )
         result = CellResult(
@@ -412,7 +489,7 @@ def store(engine: Engine, outcome: PlanResult) -> int:
 
     request = outcome.request
     run = {
-        "name": f"plan {request.family} {request.preset} {describe_training(request)}",
+        "name": f"plan {_model(request)} {describe_training(request)}",
         "hardware": f"{request.card} ({request.device} model)",
         "provenance": Provenance.PLANNED,
         "source": "ckpt-sweep plan",

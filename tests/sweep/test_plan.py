@@ -1,6 +1,7 @@
 """`ckpt-sweep plan`: the recommendation fits and is written three ways, the override runs it, measured it fits beside the docs modes that fit; the verb prints, stores and draws, and refuses bad arguments in one line."""
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -8,8 +9,16 @@ import pytest
 import ckptlib
 from ckptlib import CheckpointConfig
 from ckptlib.planner import describe
-from ckptlib.units import MIB
-from sweep.plan.planning import Request, ckptlib_line, make_plan, run_command, run_override, simpletuner
+from ckptlib.units import GIB, MIB
+from sweep.plan.planning import (
+    Request,
+    ckptlib_line,
+    make_plan,
+    run_command,
+    run_override,
+    simpletuner,
+    smaller_shape,
+)
 from sweep.plan.verify import verify
 from sweep.report.advise import advise
 from tests.support.sweeps import FAST, query, run_sweep
@@ -251,3 +260,32 @@ def test_when_nothing_fits_the_base_as_it_is_the_plan_is_made_with_a_quantized_b
     assert outcome.lines[1].startswith("so this plan holds the frozen base weights in int8-torchao")
     assert '"base_model_precision": "int8-torchao"' in "\n".join(outcome.lines)
     assert "quantization=int8-torchao" in run_command(outcome.request, outcome.recommended.config)
+
+
+def test_the_nearest_smaller_resolution_keeps_the_aspect():
+    def request(family, preset, builder=None):
+        return Request(family, builder or f"ckptlib.families.builders.{family}", preset, 24 * GIB, "RTX 4090")
+
+    assert smaller_shape(request("flux1", "dev")) == {"height": 768, "width": 768}
+    assert smaller_shape(request("wan", "t2v-14b")) == {"height": 384, "width": 640}  # from 480x832
+    assert smaller_shape(replace(request("flux1", "dev"), shape={"height": 256, "width": 256})) is None
+    assert smaller_shape(request("synthetic", "tiny", "ckptlib.synthetic.build")) is None  # tokens, no image
+
+
+def test_when_nothing_fits_at_the_shape_the_plan_is_made_at_the_nearest_smaller_resolution():
+    """Flux.1's tiny model at 384x384: its smallest schedule needs 35.13 MiB + the context, over a
+    546.5 MiB card; at 256x256 (33.67 MiB) one fits, and the plan says so, with the dataset
+    resolution SimpleTuner needs and a run line at that shape."""
+    asked = Request(
+        "flux1", "ckptlib.families.builders.flux1", "tiny", int(546.5 * MIB), "546.5 MiB",
+        shape={"height": 384, "width": 384}, try_smaller=True,
+    )  # fmt: skip
+    outcome = make_plan(asked, None)
+    assert outcome.request.shape == {"height": 256, "width": 256} and outcome.recommended is not None
+    assert outcome.lines[0].startswith("nothing fits at 384x384 (576 tokens): the smallest, ")
+    assert outcome.lines[1] == (
+        "so this plan trains at 256x256 (256 tokens), the nearest smaller resolution that fits "
+        '(SimpleTuner\'s dataset config: "resolution": 256, "resolution_type": "pixel"):'
+    )
+    assert outcome.lines[2].startswith("flux1 tiny at 256x256 (256 tokens) (lora) on 546.5 MiB: ")
+    assert "+shape.height=256 +shape.width=256" in run_command(outcome.request, outcome.recommended.config)
