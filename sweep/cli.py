@@ -321,20 +321,20 @@ def plan_verb(args: list[str]) -> None:
 
 class PlanningProgress:
     """'  planning 5/16 (31 s, about 68 s left): torch interval 2' as each pattern is estimated; a
-    second plan (a quantized base, when nothing fits) counts from the end of the first."""
+    further plan (a quantized base, a smaller resolution, when nothing fits) is announced with why
+    and counts from its own start."""
 
     def __init__(self) -> None:
-        self.started, self.finished = time.perf_counter(), False
+        self.started = time.perf_counter()
+
+    def announce(self, text: str) -> None:
+        print(f"  {text}", flush=True)
+        self.started = time.perf_counter()
 
     def __call__(self, label: str, done: int, total: int) -> None:
-        if self.finished and done == 1:
-            print("  nothing fits with the base as it is: planning again with a quantized base", flush=True)
-            self.finished = False
         elapsed = time.perf_counter() - self.started
         left = elapsed / done * (total - done)
         print(f"  planning {done}/{total} ({elapsed:.0f} s, about {left:.0f} s left): {label}", flush=True)
-        if done == total:
-            self.started, self.finished = time.perf_counter(), True
 
 
 def _builder_path(family: str) -> str:

@@ -194,7 +194,8 @@ def _smaller_if_unfit(outcome: PlanResult, engine: Engine | None, progress) -> P
     )
     smaller = replace(request, try_quantized=False, try_smaller=False)
     while (shape := smaller_shape(smaller)) is not None:
-        smaller = replace(smaller, shape=shape)
+        unfit, smaller = smaller, replace(smaller, shape=shape)
+        _announce(progress, f"nothing fits at {_resolution(unfit)}: planning at {_resolution(smaller)}")
         found = make_plan(smaller, engine, progress)
         if found.recommended is not None:
             side = min(shape["height"], shape["width"])
@@ -205,6 +206,13 @@ def _smaller_if_unfit(outcome: PlanResult, engine: Engine | None, progress) -> P
             ]
             return found
     return outcome
+
+
+def _announce(progress, text: str) -> None:
+    """A plan after the first starts: a progress that can say why hears it (`announce`)."""
+    announce = getattr(progress, "announce", None)
+    if announce is not None:
+        announce(text)
 
 
 def _resolution(request: Request) -> str:
@@ -224,6 +232,7 @@ def _quantized_instead(request: Request, why: str, engine: Engine | None, progre
             check_quantization(quantization)
         except ValueError:
             continue
+        _announce(progress, f"{why}: planning with the {quantization} base")
         outcome = make_plan(replace(request, quantization=quantization, try_quantized=False), engine, progress)
         outcome.lines[:0] = [
             why,

@@ -280,7 +280,19 @@ def test_when_nothing_fits_at_the_shape_the_plan_is_made_at_the_nearest_smaller_
         "flux1", "ckptlib.families.builders.flux1", "tiny", int(546.5 * MIB), "546.5 MiB",
         shape={"height": 384, "width": 384}, try_smaller=True,
     )  # fmt: skip
-    outcome = make_plan(asked, None)
+
+    class Progress:
+        announced, counted = [], []
+
+        def announce(self, text):
+            self.announced.append(text)
+
+        def __call__(self, label, done, total):
+            self.counted.append((done, total))
+
+    outcome = make_plan(asked, None, progress=Progress())
+    assert Progress.announced == ["nothing fits at 384x384 (576 tokens): planning at 256x256 (256 tokens)"]
+    assert Progress.counted.count((14, 14)) == 2  # each plan counts its own patterns
     assert outcome.request.shape == {"height": 256, "width": 256} and outcome.recommended is not None
     assert outcome.lines[0].startswith("nothing fits at 384x384 (576 tokens): the smallest, ")
     assert outcome.lines[1] == (
