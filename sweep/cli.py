@@ -88,10 +88,17 @@ def report(args: list[str]) -> None:
             replaced = splice_document(engine, options.splice, options.runs)
             print(f"{options.splice}: replaced {len(replaced)} block(s): {', '.join(replaced) or '(none matched)'}")
             return
-        for path in write_reports(engine, Path(options.out), options.runs, with_plots=not options.no_plots):
+        progress = _figures_progress if sys.stderr.isatty() else None
+        for path in write_reports(engine, Path(options.out), options.runs, not options.no_plots, progress):
             print(path)
     except ValueError as error:
         sys.exit(f"ckpt-sweep: {error}")
+
+
+def _figures_progress(done: int, total: int) -> None:
+    """On a terminal, one line rewritten in place: the table whose figures are drawn."""
+    end = "\n" if done == total else ""
+    print(f"\r  figures of table {done}/{total} (unchanged ones are kept)", end=end, file=sys.stderr, flush=True)
 
 
 def import_tables(args: list[str]) -> None:

@@ -57,9 +57,10 @@ def family_page(
 
 
 def write_reports(
-    engine: Engine, out_dir: Path, selectors: list[str] | None = None, with_plots: bool = True
+    engine: Engine, out_dir: Path, selectors: list[str] | None = None, with_plots: bool = True, progress=None
 ) -> list[Path]:
-    """reports/<family>.md per family, reports/index.md, and plots; returns the files written."""
+    """reports/<family>.md per family, reports/index.md, and plots; returns the files written.
+    `progress(tables done, tables)` hears the figures' progress, table by table."""
     run_ids = select_runs(engine, selectors)
     everything = load_cells(engine, run_ids)
     planned = everything["provenance"] == Provenance.PLANNED
@@ -72,7 +73,7 @@ def write_reports(
     if with_plots:
         from .plots import matrix_plots, throughput_plot
 
-        plots = matrix_plots(cells, matrices, out_dir / "plots")
+        plots = matrix_plots(cells, matrices, out_dir / "plots", progress)
         for table in batches:
             plots[table.table_id] = [throughput_plot(table, out_dir / "plots" / f"{slug(table.table_id)}.png")]
         written += [p for paths in plots.values() for p in paths]

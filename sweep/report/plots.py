@@ -204,9 +204,9 @@ def _point_labels(points: pd.DataFrame) -> pd.Series:
     return pd.Series(labels, index=points.index)
 
 
-def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list[Path]]:
+def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path, progress=None) -> dict[str, list[Path]]:
     """One plot per table, hardware and shape: time vs memory where cells were timed, predicted
-    memory per mode where they were predicted."""
+    memory per mode where they were predicted; `progress(tables done, tables)` after each table."""
     plots: dict[str, list[Path]] = {}
     figures = cells[cells["peak_bytes"].notna()]
     figures = figures.assign(
@@ -217,7 +217,9 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path) -> dict[str, list
     )
     timed = figures[(figures["status"] == Status.OK) & figures["sec"].notna()]
     predicted = figures[figures["provenance"] == Provenance.PREDICTED]
-    for matrix in matrices:
+    for done, matrix in enumerate(matrices, 1):
+        if progress is not None:
+            progress(done, len(matrices))
         for frame, draw in ((timed, tradeoff_plot), (predicted, memory_plot)):
             part = frame[(frame["family"] == matrix.family) & (frame["run_name"] == matrix.sweep)]
             for (hardware, tokens, preset), points in part.groupby(

@@ -676,3 +676,10 @@ def test_a_figure_is_drawn_again_only_when_what_it_shows_changed(tmp_path, monke
     path.write_bytes(b"not a png")  # a file that is not one of ours is drawn over
     plots.tradeoff_plot(points, "flux1 dev on L40S", path)
     assert len(drawn) == 5 and path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_reports_figures_say_their_progress_table_by_table(engine, tmp_path):
+    heard = []
+    write_reports(engine, tmp_path / "reports", progress=lambda done, total: heard.append((done, total)))
+    total = heard[-1][1]
+    assert total > 1 and heard == [(done, total) for done in range(1, total + 1)]
