@@ -39,7 +39,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 
 from .apply import apply
 from .config import CheckpointConfig
-from .memory import CATEGORIES, LiveTensorTracker, plain_tensors, step_peak, storage_id, tensors_in
+from .memory import CATEGORIES, LiveTensorTracker, plain_tensors, step_peak, storage_id, tensors_in, untracked
 from .streams import ModelledStreams
 from .units import MIB
 from .workload import Workload, adamw_for
@@ -419,9 +419,10 @@ def _cpu_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
     """SDPA as the CPU runs it (NOTE [ Meta, not fake ]): its flash kernel where the CPU's own choice
     picks it, asked of real CPU tensors with the inputs' shapes and no memory (expanded rows), else
     the math path, which is what SDPA on meta runs."""
-    rows = [torch.zeros(t.shape[-1], dtype=t.dtype).expand(t.shape) for t in (query, key, value)]
-    mask = None if attn_mask is None else torch.zeros((), dtype=attn_mask.dtype).expand(attn_mask.shape)
-    flash = torch._fused_sdp_choice(*rows, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    with untracked():  # the question's tensors are not the step's
+        rows = [torch.zeros(t.shape[-1], dtype=t.dtype).expand(t.shape) for t in (query, key, value)]
+        mask = None if attn_mask is None else torch.zeros((), dtype=attn_mask.dtype).expand(attn_mask.shape)
+        flash = torch._fused_sdp_choice(*rows, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if flash == torch.nn.attention.SDPBackend.FLASH_ATTENTION.value:  # GQA included: the kernel takes fewer key heads
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
