@@ -236,7 +236,8 @@ class MetaOpCache:
         if not functional:
             return None
         try:
-            key = (func, _metadata(args), _metadata(tuple(kwargs.items())))
+            # a factory op given no dtype reads the default one
+            key = (func, torch.get_default_dtype(), _metadata(args), _metadata(tuple(kwargs.items())))
             hash(key)
         except (_NotCacheable, TypeError):  # a real or subclass tensor, or an unhashable argument
             return None
