@@ -117,7 +117,8 @@ def check_quantization(name: str) -> None:
 
 def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanResult:
     """The plan for `request`; with `try_quantized`, a base in which no schedule fits is planned
-    again with the first installed quantized base."""
+    again with the first installed quantized base; with `try_smaller`, a shape at which none fits
+    (with the base planned last) at the nearest smaller resolution that fits."""
     from sweep.config.builders import import_builder
 
     build = import_builder(request.builder)
@@ -134,8 +135,8 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
         weights = request.budget.against(predictor.weight_bytes)
         why = f"nothing fits with the base as it is: its weights alone need {weights}"
         quantized = _quantized_instead(request, why, engine, progress)
-        if quantized is not None:
-            return _smaller_if_unfit(quantized, engine, progress)
+        if quantized is not None:  # its own plan tried the smaller resolutions
+            return quantized
     throughput = assumed_throughput(request.device, request.link)
     plan = plan_schedules(predictor, throughput, workers=request.workers, progress=progress)
     if engine is not None:
@@ -150,7 +151,9 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
             f"nothing fits with the base as it is ({len(plan.candidates)} schedules): the smallest, "
             f"{describe(closest.config)}, needs {request.budget.against(closest.peak_bytes)}"
         )
-        outcome = _quantized_instead(request, why, engine, progress) or outcome
+        quantized = _quantized_instead(request, why, engine, progress)
+        if quantized is not None:  # its own plan tried the smaller resolutions
+            return quantized
     return _smaller_if_unfit(outcome, engine, progress)
 
 

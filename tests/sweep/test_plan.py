@@ -301,3 +301,27 @@ def test_when_nothing_fits_at_the_shape_the_plan_is_made_at_the_nearest_smaller_
     )
     assert outcome.lines[2].startswith("flux1 tiny at 256x256 (256 tokens) (lora) on 546.5 MiB: ")
     assert "+shape.height=256 +shape.width=256" in run_command(outcome.request, outcome.recommended.config)
+
+
+def test_where_nothing_fits_at_any_resolution_each_is_planned_once():
+    """No schedule of Flux.1's tiny model fits 8 MiB (a 520 MiB card less the context), bf16 or int8,
+    at 384x384 or 256x256: the int8 plan tries the smaller resolution, and nothing tries it again."""
+    asked = Request(
+        "flux1", "ckptlib.families.builders.flux1", "tiny", 520 * MIB, "520 MiB",
+        shape={"height": 384, "width": 384}, try_quantized=True, try_smaller=True,
+    )  # fmt: skip
+
+    class Progress:
+        announced = []
+
+        def announce(self, text):
+            self.announced.append(text)
+
+        def __call__(self, label, done, total):
+            pass
+
+    outcome = make_plan(asked, None, progress=Progress())
+    assert outcome.recommended is None and outcome.request.quantization == "int8-torchao"
+    assert len(Progress.announced) == 2, Progress.announced
+    assert Progress.announced[0].endswith(": planning with the int8-torchao base")
+    assert Progress.announced[1] == "nothing fits at 384x384 (576 tokens): planning at 256x256 (256 tokens)"
