@@ -58,6 +58,7 @@ class DeviceModel:
     # dropout as CUDA's fused kernel: a one-byte mask saved (the CPU kernel saves a scaled noise
     # tensor of the input's dtype, four times that in fp32)
     fused_dropout: bool = False
+    host_is_device: bool = False  # the host's tensors (AdamW's step counters) are on the device: a CPU
 
     def assumptions(self) -> list[str]:
         lines = [f"weights and activations in {str(self.dtype).removeprefix('torch.')}"]
@@ -118,7 +119,15 @@ DEVICE_MODELS = {
     ),
     # What the harness measures on CPU: fp32, exact storage bytes, the CPU kernels.
     "cpu": DeviceModel(
-        "cpu", torch.float32, 1, 0, 0, flash_attention=False, foreach_optimizer=False, asynchronous_copies=False
+        "cpu",
+        torch.float32,
+        1,
+        0,
+        0,
+        flash_attention=False,
+        foreach_optimizer=False,
+        asynchronous_copies=False,
+        host_is_device=True,
     ),
 }
 
@@ -186,7 +195,7 @@ def predict(
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
         work.settle()  # optimizer state and the lazily drawn target exist in every measured step
         _FUSED_ATTENTION_FLOPS[0] = 0
-        tracked = ("meta", "cpu") if model.name == "cpu" else "meta"  # a CPU's host tensors are its device's
+        tracked = ("meta", "cpu") if model.host_is_device else "meta"
         tracker = step_peak(work, tracked, round_to=model.allocator_round_bytes, tracker_type=StepCounter)
     breakdown = {c: tracker.peak_by_category.get(c, 0) for c in CATEGORIES}
     if model.workspace_bytes:
