@@ -226,16 +226,25 @@ def _upgrade_schema(engine: Engine) -> None:
 
 def reconnecting(engine: Engine, write: Callable[[], T]) -> T:
     """`write()`, again after a reconnect when the database connection was lost in the middle (a
-    PostgreSQL restart); each attempt is one transaction, so a lost one left nothing behind."""
+    PostgreSQL restart); each attempt is one transaction, so a lost one left nothing behind. A
+    sweep's reads go through it too."""
     for delay in (*RECONNECT_DELAYS_S, None):
         try:
             return write()
         except DBAPIError as error:
-            if not error.connection_invalidated or delay is None:
+            if not _server_away(engine, error) or delay is None:
                 raise
             engine.dispose()
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def _server_away(engine: Engine, error: DBAPIError) -> bool:
+    """The connection was cut, or a new one refused (a server shutting down or not yet up again:
+    SQLAlchemy raises those from connecting, with no statement and no connection to invalidate).
+    An SQLite file that cannot be opened is not waited for."""
+    refused = isinstance(error, OperationalError) and error.statement is None and engine.dialect.name != "sqlite"
+    return error.connection_invalidated or refused
 
 
 def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str = Provenance.MEASURED, **fields) -> int:
@@ -272,11 +281,15 @@ def runs_recorded_since(engine: Engine, names: list[str], since: dt.datetime) ->
         .where(Run.name.in_(names), CellRow.recorded_at >= since, CellRow.is_current.is_(True))
         .group_by(CellRow.run_id, CellRow.status)
     )
-    counts: dict[int, dict[str, int]] = {}
-    with engine.connect() as connection:
-        for run_id, status, count in connection.execute(query):
-            counts.setdefault(run_id, {})[status] = count
-    return counts
+
+    def read() -> dict[int, dict[str, int]]:
+        counts: dict[int, dict[str, int]] = {}
+        with engine.connect() as connection:
+            for run_id, status, count in connection.execute(query):
+                counts.setdefault(run_id, {})[status] = count
+        return counts
+
+    return reconnecting(engine, read)
 
 
 def finish_run(engine: Engine, run_id: int) -> None:
@@ -309,8 +322,12 @@ def _recorded(row) -> Recorded:
 def completed_cells(engine: Engine, run_id: int) -> dict[str, Recorded]:
     """cell key -> what is recorded of every cell's current attempt in the run."""
     query = select(*_RECORDED).where(CellRow.run_id == run_id, CellRow.is_current.is_(True))
-    with Session(engine) as session:
-        return {row[0]: _recorded(row) for row in session.execute(query)}
+
+    def read() -> dict[str, Recorded]:
+        with Session(engine) as session:
+            return {row[0]: _recorded(row) for row in session.execute(query)}
+
+    return reconnecting(engine, read)
 
 
 # NOTE [ One writer per cell ]: two sweeps may write one run at once (two terminals, a resubmitted

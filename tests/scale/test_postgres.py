@@ -1,6 +1,7 @@
 """PostgreSQL, the results database of the cluster launchers: GiB-sized peaks in its 64-bit columns, a first-round database widened in place, a sweep that outlives a server restart (each skips, saying why, without a server)."""
 
 import os
+import socket
 import subprocess
 import time
 
@@ -82,6 +83,32 @@ def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, private_pos
         postgres_url,
         "select count(*), count(distinct cell_key), sum(case when status = 'ok' then 1 else 0 end) from cells",
     ) == [(6, 6, 6)]
+
+
+def test_a_write_waits_for_a_server_that_refuses_new_connections(postgres_url):
+    """A restart is seen from outside as a cut connection, then refused ones ("the database system is
+    shutting down", "connection refused"); psycopg's real refusal, as SQLAlchemy raises it on connect."""
+    from sqlalchemy import event
+
+    from sweep.store import database as store
+
+    engine = store.open_store(postgres_url)
+    engine.dispose()
+    with socket.socket() as unused:  # a port nothing listens on: psycopg's connect is refused
+        unused.bind(("127.0.0.1", 0))
+        closed_port = unused.getsockname()[1]
+    refusals = []
+
+    @event.listens_for(engine, "do_connect")
+    def refuse_twice(_dialect, _record, _args, params):
+        if len(refusals) < 2:
+            refusals.append(params.get("port"))
+            params.update(host="127.0.0.1", port=closed_port)
+
+    run_id = store.get_or_create_run(engine, "after-restart", "cpu")
+    assert len(refusals) == 2
+    assert rows(postgres_url, "select id, name from runs") == [(run_id, "after-restart")]
+    engine.dispose()
 
 
 def _count(url: str) -> int:
