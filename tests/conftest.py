@@ -5,6 +5,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Three test workers share two cores, each with cells of its own: torch's OpenMP threads (one per
+# core in every process) spin against each other's. One thread per process, set before torch is
+# imported here and inherited by every sweep, fork server and cell a test starts: the families'
+# gradient tests take 34 s instead of 144 s. A test about threads sets its own (test_planner.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The test builders (tests/support) are importable in this process, its fork server and its cells,
 # as a user's own builder is from the folder they run in.
 SUPPORT = str(Path(__file__).resolve().parent / "support")

@@ -208,7 +208,7 @@ def cell_summary(cell: Cell) -> dict:
 def record(cell: Cell, state: RunState, result: CellResult, model: str | None = None) -> dict:
     """Write one cell's result into its run (with the fingerprint of the model it measured, for a
     builder of one's own); the summary the progress display shows."""
-    shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
+    shape = result.shape or describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
     store.record_cell(
         state.engine,
         state.run_id,

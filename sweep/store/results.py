@@ -4,7 +4,7 @@ its fields as columns, reports read them back; a new measured field is added her
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,15 +50,15 @@ class CellResult:
     plan: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)  # build_s, predict_s, child_s, wall_s, ...
     samples: list[tuple[float, bool]] = field(default_factory=list)  # (seconds, warmup) per step
-
-    @classmethod
-    def column_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls) if f.name != "samples")
+    # The cell's shape facts (sweep/config/builders.py: describe_shape), told by the child that built
+    # the model; stored in the shape columns.
+    shape: dict[str, Any] | None = None
 
     def columns(self) -> dict[str, Any]:
-        """Every field but the samples (stored as rows of their own)."""
+        """Every field but the samples (stored as rows of their own) and the shape facts."""
         values = asdict(self)
         values.pop("samples")
+        values.pop("shape")
         return values
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from ckptlib import UnsupportedModeError
-from sweep.config.builders import import_builder
+from sweep.config.builders import BuilderError, describe_shape, import_builder
 from sweep.config.cell import Cell
 from sweep.run.classify import classify
 from sweep.store.results import CellResult
@@ -16,8 +17,17 @@ from .devices import CpuDevice, device_for
 
 def run_scenario(fields: dict, scenario: Callable, device_name: str = "cpu") -> CellResult:
     """`scenario(cell, config, build, device)` with every outcome a status: invalid configs,
-    unsupported modes, out-of-memory (device or host) and failures, setting up the device included."""
+    unsupported modes, out-of-memory (device or host) and failures, setting up the device included.
+    The result tells the cell's shape facts too: the child has the model's classes imported, which
+    the sweep's own process then need not (5 s of diffusers imports for the families)."""
     cell = Cell(**fields)
+    result = _outcome(cell, scenario, device_name)
+    with contextlib.suppress(BuilderError):
+        result.shape = describe_shape(import_builder(cell.builder), cell.preset, cell.shape)
+    return result
+
+
+def _outcome(cell: Cell, scenario: Callable, device_name: str) -> CellResult:
     try:
         config = cell.checkpoint_config()
     except ValueError as error:
