@@ -9,6 +9,8 @@ DIR=${CKPT_SWEEP_RAY_DIR:-/tmp/ckpt-sweep-ray}
 PORT=${CKPT_SWEEP_RAY_PORT:-6390}
 RAY=${RAY:-$(command -v ray || echo .venv/bin/ray)}
 
+# The machine's CPUs: nproc gives OMP_NUM_THREADS instead where it is set (the test suite sets 1).
+cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 session_alive() { [ -s "$DIR/session" ] && [ -n "$(ps -eo sid=,stat= | awk -v s="$(cat "$DIR/session")" '$1 == s && $2 !~ /Z/')" ]; }
 
 case "${1:-}" in
@@ -20,7 +22,7 @@ case "${1:-}" in
     # exists, and a driver with RAY_AUTH_MODE=token then finds none. The token (~/.ray/auth_token) is
     # made once, under a lock: two heads starting at once would each write their own.
     flock "$HOME/.ray/ckpt-sweep-token.lock" "$RAY" get-auth-token --generate >/dev/null
-    RAY_AUTH_MODE=token RAY_worker_niceness=0 setsid "$RAY" start --head --port="$PORT" --num-cpus="$(nproc)" --include-dashboard=false \
+    RAY_AUTH_MODE=token RAY_worker_niceness=0 setsid "$RAY" start --head --port="$PORT" --num-cpus="$(cpus)" --include-dashboard=false \
       --disable-usage-stats --temp-dir="$DIR" --block >"$DIR/head.log" 2>&1 </dev/null &
     head=$!
     # setsid runs in place (a background job of a script leads no process group): the head's pid is

@@ -20,7 +20,7 @@ install() {
 write_config() {
   local host cpus memory_mb
   host=$(hostname)
-  cpus=$(nproc)
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone gives OMP_NUM_THREADS where set
   memory_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))  # slurmd reports a little under MemTotal
   mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log" "$DIR/dev"
   # gres/gpu needs a character device per GPU: links to /dev/null and /dev/zero stand in for /dev/nvidia0-1.
