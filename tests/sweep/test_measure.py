@@ -203,3 +203,27 @@ def test_a_gpu_cell_with_a_quantized_base_is_measured_without_a_prediction_first
     plain = Cell("synthetic", "ckptlib.synthetic.build", "tiny", "layer", "torch")
     with pytest.raises(AssertionError, match="built to predict"):
         _predicted_not_to_fit(plain, plain.checkpoint_config(), no_build, settings, 2**30, {})
+
+
+def test_a_cell_tells_its_shape_facts_and_its_record_takes_them_from_it(tmp_path, monkeypatch):
+    """The child has the family's classes imported: it describes the cell's shape (Flux.1's latent
+    tokens come from its diffusers class), and the sweep's own process records that description
+    without describing it again (which would import the family's diffusers classes there)."""
+    from sweep.run import app
+    from sweep.store import database as store
+
+    cell = Cell(family="flux1", builder="ckptlib.families.builders.flux1", preset="tiny", mode="none", backend="none")
+    result = measure_cell(cell.as_dict(), MeasureSettings("cpu", warmup_steps=0, steps=1))
+    assert result.status == Status.OK
+    assert result.shape == {
+        "tokens": 16, "text_tokens": 8, "height": 64, "width": 64, "frames": None,
+        "batch": 2, "samples_per_step": 2, "sample_unit": "images",
+    }  # fmt: skip
+    engine = store.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    state = app.RunState(engine, store.get_or_create_run(engine, "shape", "cpu"), "cpu", "cpu", {})
+    monkeypatch.setattr(app, "describe_shape", lambda *args: pytest.fail("described again in the sweep's process"))
+    app.record(cell, state, result)
+    with engine.connect() as connection:
+        row = connection.exec_driver_sql("select tokens, height, samples_per_s from cells").one()
+    assert row[:2] == (16, 64) and row[2] == pytest.approx(2 / result.sec_per_step)
+    engine.dispose()
