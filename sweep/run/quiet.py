@@ -51,6 +51,7 @@ def install(path: str | None = None) -> None:
         logger = logging.getLogger(name)
         logger.addHandler(_handler)
         logger.propagate = False
+        _refuse_terminal_handlers(logger)
     show = warnings.showwarning
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
@@ -69,6 +70,22 @@ def install(path: str | None = None) -> None:
             show(message, category, filename, lineno, file, line)
 
     warnings.showwarning = showwarning
+
+
+def _refuse_terminal_handlers(logger: logging.Logger) -> None:
+    """diffusers and transformers attach a stderr handler of their own to their root logger on first
+    use, after `install` ran ("Unable to import `torchao` Tensor objects" reached the terminal): such
+    a handler, attached now or later, is not kept."""
+    for handler in list(logger.handlers):
+        if type(handler) is logging.StreamHandler:
+            logger.removeHandler(handler)
+    attach = logger.addHandler
+
+    def add_handler(handler: logging.Handler) -> None:
+        if type(handler) is not logging.StreamHandler:  # a file handler (a subclass) is kept
+            attach(handler)
+
+    logger.addHandler = add_handler
 
 
 def log_to(path: str) -> None:

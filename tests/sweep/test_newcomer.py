@@ -154,3 +154,25 @@ def test_third_party_chatter_goes_to_the_runs_log(tmp_path):
         assert noise not in done.stderr, noise
     [log] = (tmp_path / "multirun" / "logs").glob("*.log")
     assert "torchao" in log.read_text() and str(log) in done.stderr
+
+
+QUIET_DIFFUSERS = """
+import sys
+from sweep.run import quiet
+quiet.install(sys.argv[1])
+from diffusers.utils import logging  # attaches its own stderr handler on first use, after install
+logging.get_logger("diffusers.quantizers.torchao").warning("Unable to import `torchao` Tensor objects")
+quiet.flush()
+"""
+
+
+def test_a_librarys_own_terminal_handler_does_not_bring_its_chatter_back(tmp_path):
+    """diffusers' first logger attaches a stderr handler of its own (after the chatter was routed):
+    its warnings reach the run's log only."""
+    log = tmp_path / "run.log"
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_DIFFUSERS, str(log)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Unable to import" not in done.stderr, done.stderr
+    assert "diffusers.quantizers.torchao WARNING Unable to import `torchao` Tensor objects" in log.read_text()
