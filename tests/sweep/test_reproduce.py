@@ -121,6 +121,31 @@ def test_a_family_comparison_counts_deltas_against_layer_and_published_ooms():
     assert result.misses[0][1] == round(26 * GIB) - round(20 * GIB) - (round(15 * GIB) - round(10 * GIB))
 
 
+def test_an_oom_where_layer_ran_out_too_is_listed_not_counted():
+    """ACE Step's table: every mode OOM on 80 GB, layer too, where the prediction is a few GiB (the docs
+    call those rows coverage gaps). No schedule answers that, so it is not counted as a miss; an OOM
+    beside a layer that fit still is."""
+    from sweep.report.reproduce_families import Example, PublishedCell, Table, compare
+
+    def table(layer_status):
+        cells = (
+            PublishedCell(
+                "X", "bf16", "layer", "H100", layer_status, round(10 * GIB) if layer_status == "ok" else None
+            ),
+            PublishedCell("X", "bf16", "none", "H100", "OOM"),
+        )
+        return Table("X", "x", "p", cells, example=Example())
+
+    predicted = {"layer": round(4 * GIB), "none": round(6 * GIB)}
+    beside = compare(table("OOM"), "H100", predicted)
+    assert (beside.ooms, beside.ooms_predicted, beside.ooms_beside_layers) == (0, 0, 2)
+    assert beside.rows[1].endswith(
+        "| OOM not predicted: 6.50 with context on a 79.65 card; layer ran out too: not counted |"
+    )
+    counted = compare(table("ok"), "H100", predicted)
+    assert (counted.ooms, counted.ooms_predicted, counted.ooms_beside_layers) == (1, 0, 0)
+
+
 @pytest.mark.parametrize(
     "heading, mode, published_delta",
     [
