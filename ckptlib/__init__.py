@@ -4,39 +4,51 @@ handle = ckptlib.apply(model, ckptlib.CheckpointConfig(backend="unsloth", interv
 ...train...
 print(handle.report)
 handle.remove()
+
+Names are imported on first use (PEP 562): `ckptlib.units`, `ckptlib.modes` and the configs do not
+import torch, so a verb that only reads results (advise, runs, diff) never pays for it.
 """
 
-from .apply import CheckpointHandle, Report, apply, find_submodules, spec_problems
-from .config import BACKENDS, Backend, CheckpointConfig
-from .memory import LiveTensorTracker
-from .modes import MODES
-from .plan import BlockPlan, plan_blocks, plan_lists
-from .pool import HostPool, PoolStats, available_host_bytes
-from .spec import FIRST_ARG, BlockSpec, CallConvention, SpecError, UnsupportedModeError
-from .workload import TRAINING_MODES, Workload
+from __future__ import annotations
 
-__all__ = [
-    "BACKENDS",
-    "FIRST_ARG",
-    "MODES",
-    "Backend",
-    "BlockSpec",
-    "CallConvention",
-    "CheckpointConfig",
-    "CheckpointHandle",
-    "HostPool",
-    "available_host_bytes",
-    "LiveTensorTracker",
-    "BlockPlan",
-    "PoolStats",
-    "Report",
-    "TRAINING_MODES",
-    "SpecError",
-    "UnsupportedModeError",
-    "Workload",
-    "apply",
-    "find_submodules",
-    "spec_problems",
-    "plan_blocks",
-    "plan_lists",
-]
+import importlib
+
+# name -> the submodule that defines it
+_EXPORTS = {
+    "CheckpointHandle": "wiring",
+    "Report": "wiring",
+    "apply": "wiring",
+    "find_submodules": "wiring",
+    "spec_problems": "wiring",
+    "BACKENDS": "config",
+    "Backend": "config",
+    "CheckpointConfig": "config",
+    "LiveTensorTracker": "memory",
+    "MODES": "modes",
+    "BlockPlan": "plan",
+    "plan_blocks": "plan",
+    "plan_lists": "plan",
+    "HostPool": "pool",
+    "PoolStats": "pool",
+    "available_host_bytes": "pool",
+    "FIRST_ARG": "spec",
+    "BlockSpec": "spec",
+    "CallConvention": "spec",
+    "SpecError": "spec",
+    "UnsupportedModeError": "spec",
+    "TRAINING_MODES": "workload",
+    "Workload": "workload",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ckptlib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -68,7 +68,7 @@ class CheckpointConfig:
         checkpointed alone, the interval then picking which (SimpleTuner's per-block meaning).
     offload_attention_in_regions: offload attention inside recomputed regions too, as SimpleTuner's
         gradient_checkpointing_offload_attention does (NOTE [ Attention offload inside a region ] in
-        ckptlib/apply.py); without it attention is offloaded only in blocks that keep their activations.
+        ckptlib/wiring.py); without it attention is offloaded only in blocks that keep their activations.
     """
 
     backend: str = "none"

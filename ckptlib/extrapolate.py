@@ -32,8 +32,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from .config import CheckpointConfig
+from .devices import DeviceModel, device_model
 from .memory import plain_tensors, storage_id
-from .predict import DeviceModel, Prediction, device_model, predict, truncate_blocks
+from .predict import Prediction, predict, truncate_blocks
 from .quantize import is_quantized
 from .workload import Workload
 

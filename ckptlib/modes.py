@@ -10,7 +10,7 @@ from .config import CheckpointConfig
 MODES: dict[str, CheckpointConfig] = {
     "none": CheckpointConfig("none"),
     # SimpleTuner's attention offload, inside recomputed blocks too (NOTE [ Attention offload inside
-    # a region ] in ckptlib/apply.py)
+    # a region ] in ckptlib/wiring.py)
     "activation-offload": CheckpointConfig("torch", offload_attention=True, offload_attention_in_regions=True),
     "layer": CheckpointConfig("torch"),
     "interval2": CheckpointConfig("torch", interval=2),

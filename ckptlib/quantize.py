@@ -2,6 +2,7 @@
 or SDNQ, before LoRA adapters are attached (PEFT wraps the quantized layers).
 
 Each scheme declares what it needs; `check_supported` names what is missing (no silent bf16 run).
+The registry imports no torch: a report that names precisions reads it without loading torch.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
-from .memory import plain_tensors
 from .spec import UnsupportedModeError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def check_supported(name: str, device: str | torch.device) -> None:
         return
     if name not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {name!r}; valid: {', '.join(NAMES)}")
+    import torch
+
     scheme, device = QUANTIZATIONS[name], torch.device(device)
     if scheme.needs_cuda and device.type not in ("cuda", "meta"):
         raise UnsupportedModeError(f"{name} needs a CUDA GPU; this cell runs on {device.type}")
@@ -139,11 +142,15 @@ def quantize_base(model: nn.Module, name: str, device: str | torch.device) -> No
 
 def is_quantized(model: nn.Module) -> bool:
     """Whether any weight of `model` is a quantized tensor (a wrapper subclass: TorchAO, SDNQ)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
     return any(is_traceable_wrapper_subclass(p) for p in model.parameters())
 
 
 def base_weight_bytes(model: nn.Module) -> int:
     """Storage bytes of the model's weights and buffers, LoRA adapters excluded."""
+    from .memory import plain_tensors
+
     seen, total = set(), 0
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         if "lora_" in name or id(tensor) in seen:

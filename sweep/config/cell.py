@@ -12,17 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ckptlib import CheckpointConfig
-from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS
-from ckptlib.families import all_families
+from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS, CheckpointConfig
 from ckptlib.modes import MODES, as_wired
 from ckptlib.plan import describe_blocks
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # name -> torch's (imported when a cell runs)
 
 
 def setting(
@@ -107,7 +106,9 @@ class Cell:
         return identity_key(identity)
 
     def torch_dtype(self) -> torch.dtype | None:
-        return None if self.dtype == "auto" else DTYPES[self.dtype]
+        import torch
+
+        return None if self.dtype == "auto" else getattr(torch, DTYPES[self.dtype])
 
     def checkpoint_config(self) -> CheckpointConfig:
         """Raises ValueError for a combination that is not a valid config (status `invalid`)."""
@@ -180,6 +181,8 @@ def cell_from_config(cfg) -> Cell:
 def wired_regions(values: dict[str, Any]) -> str:
     """What a cell's interval groups when its mode does not say: what SimpleTuner's model of the
     family groups (ckptlib.families.Family.interval_regions); segments for any other model."""
+    from ckptlib.families import all_families  # imports torch: only where a cell is made
+
     family = all_families().get(values.get("family"))
     wiring = family.interval_regions if family is not None else default("regions")
     try:

@@ -44,7 +44,7 @@ class Budget:
     @classmethod
     def on(cls, device_model: str, card_bytes: int, margin: float = DEFAULT_MARGIN) -> Budget:
         """The budget with the context of ckptlib.predict's device model (`cuda`, `cpu`, ...)."""
-        from ckptlib.predict import DEVICE_MODELS
+        from ckptlib.devices import DEVICE_MODELS
 
         return cls(card_bytes, margin, DEVICE_MODELS[device_model].context_bytes)
 

@@ -151,7 +151,7 @@ def capture(device: str) -> dict:
 
 def capture_prediction(device_model: str, card_bytes: int | None) -> dict:
     """What a predicted run records: the device model and its assumptions, the card, the software."""
-    from ckptlib.predict import DEVICE_MODELS
+    from ckptlib.devices import DEVICE_MODELS
 
     return {
         "hardware": prediction_label(device_model, card_bytes),

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from ckptlib import UnsupportedModeError
+from ckptlib.devices import DEVICE_MODELS
 from ckptlib.families import all_families, builders
 from ckptlib.modes import MODES, as_wired
-from ckptlib.predict import DEVICE_MODELS, predict
+from ckptlib.predict import predict
 from ckptlib.units import GIB, MIB
 from sweep.machine.cards import CARDS_MIB
 

@@ -157,7 +157,7 @@ def launcher_problems(job: DictConfig) -> list[str]:
 
 
 def prediction_problems(job: DictConfig) -> list[str]:
-    from ckptlib.predict import DEVICE_MODELS
+    from ckptlib.devices import DEVICE_MODELS
 
     problems = []
     if job.predict_device not in DEVICE_MODELS:

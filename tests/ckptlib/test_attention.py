@@ -38,7 +38,7 @@ def test_numerics_are_zero_for_the_reference_and_positive_where_arithmetic_diffe
     same = numerics(work, CheckpointConfig("none"), "math", ckptlib.apply)
     assert same.loss_rel_error == 0 and same.grad_rel_error == 0
     recomputed = numerics(work, CheckpointConfig("torch"), "math", ckptlib.apply)
-    assert recomputed.grad_rel_error == 0  # recompute is bitwise (tests/test_apply.py)
+    assert recomputed.grad_rel_error == 0  # recompute is bitwise (tests/ckptlib/test_apply.py)
     fused = numerics(work, CheckpointConfig("torch"), "flash", ckptlib.apply)
     assert 0 < fused.grad_rel_error < 1e-4
     assert all(torch.equal(a, b) for a, b in zip(before, work.model.parameters()))  # copies only

@@ -130,7 +130,7 @@ def test_a_full_host_keeps_the_rest_of_the_step_on_the_device(monkeypatch):
     """A host with almost nothing available: the pool refuses to grow, the remaining tensors stay
     on the device (recompute only), the step's gradients are unchanged and the report says so."""
     reference_loss, reference, _ = run_step(None)
-    monkeypatch.setattr(sys.modules["ckptlib.apply"], "available_host_bytes", lambda: 200_000)
+    monkeypatch.setattr(sys.modules["ckptlib.wiring"], "available_host_bytes", lambda: 200_000)
     loss, grads, handle = run_step(config(host_memory_share=0.5))
     assert torch.equal(loss, reference_loss)
     assert all(torch.equal(grads[k], g) for k, g in reference.items())

@@ -8,9 +8,10 @@ import torch
 
 import ckptlib
 from ckptlib import synthetic
+from ckptlib.devices import DEVICE_MODELS
 from ckptlib.families import builders
 from ckptlib.memory import CATEGORIES, step_peak
-from ckptlib.predict import DEVICE_MODELS, predict
+from ckptlib.predict import predict
 
 MODES = {
     "none": ckptlib.CheckpointConfig("none"),

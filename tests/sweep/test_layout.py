@@ -124,3 +124,23 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
     assert graph["sweep.store.query"] == {"sweep.report.text"}
     assert upward_imports() == ["sweep.store.query -> sweep.report.text (store may not import report)"]
     assert cycles() == ["sweep.report.text -> sweep.store.query -> sweep.report.text"]
+
+
+def test_the_verbs_that_read_results_import_no_torch():
+    """advise and runs read the database and print: torch (2 s of imports) is not theirs to load.
+    ckptlib's names are imported on first use; its units, configs, modes, quantization registry and
+    device models, and sweep's cell fields, import no torch."""
+    import subprocess
+    import sys
+
+    db = f"sqlite:///{ROOT / 'results.db'}"  # the shipped one, read only
+    advise = ["advise", "--family", "synthetic", "--preset", "docs-large", "--card", "RTX 4090", "--db", db]
+    script = (
+        "import sys\nfrom sweep import cli\n"
+        f"for verb in ({advise!r}, ['runs', '--db', {db!r}]):\n"
+        "    try:\n        cli.main(verb)\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in ('torch', 'peft', 'diffusers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "use: none (no checkpointing)" in done.stdout  # advise read the cells and chose
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr
