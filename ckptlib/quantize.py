@@ -29,6 +29,17 @@ class Quantization:
     needs_cuda: bool = False
     min_capability: tuple[int, int] | None = None  # CUDA compute capability
     cpu_environment: tuple[tuple[str, str], ...] = ()  # set before the package is first imported on a CPU
+    # SimpleTuner's config keys for the same scheme (simpletuner/helpers/training/quantisation/):
+    # its "fp8-torchao" is Float8DynamicActivationFloat8WeightConfig, its "fp8wo-torchao" this
+    # project's weight-only fp8-torchao.
+    simpletuner: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def simpletuner_row(self) -> str:
+        """How SimpleTuner's docs' tables name this scheme's rows: its base_model_precision, with
+        -hadamard for SDNQ's Hadamard rotation."""
+        keys = dict(self.simpletuner)
+        return str(keys["base_model_precision"]) + ("-hadamard" if keys.get("sdnq_use_hadamard") else "")
 
 
 def _torchao(config_name: str) -> Callable[[nn.Module], None]:
@@ -54,7 +65,13 @@ def _sdnq(use_hadamard: bool) -> Callable[[nn.Module], None]:
 QUANTIZATIONS: dict[str, Quantization] = {
     q.name: q
     for q in (
-        Quantization("int8-torchao", "int8 (TorchAO)", "torchao", _torchao("Int8WeightOnlyConfig")),
+        Quantization(
+            "int8-torchao",
+            "int8 (TorchAO)",
+            "torchao",
+            _torchao("Int8WeightOnlyConfig"),
+            simpletuner=(("base_model_precision", "int8-torchao"),),
+        ),
         Quantization(
             "fp8-torchao",
             "fp8 (TorchAO)",
@@ -62,6 +79,7 @@ QUANTIZATIONS: dict[str, Quantization] = {
             _torchao("Float8WeightOnlyConfig"),
             needs_cuda=True,
             min_capability=(8, 9),
+            simpletuner=(("base_model_precision", "fp8wo-torchao"),),
         ),
         # On CPU, SDNQ's torch.compile'd kernels run eagerly: compiling them takes minutes on 2 cores,
         # and the CPU memory tracker (a dispatch mode) cannot run compiled code.
@@ -71,6 +89,7 @@ QUANTIZATIONS: dict[str, Quantization] = {
             "sdnq",
             _sdnq(use_hadamard=False),
             cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),),
+            simpletuner=(("base_model_precision", "int8-sdnq"),),
         ),
         Quantization(
             "int8-sdnq-hadamard",
@@ -78,6 +97,7 @@ QUANTIZATIONS: dict[str, Quantization] = {
             "sdnq",
             _sdnq(use_hadamard=True),
             cpu_environment=(("SDNQ_USE_TORCH_COMPILE", "0"),),
+            simpletuner=(("base_model_precision", "int8-sdnq"), ("sdnq_use_hadamard", True)),
         ),
     )
 }

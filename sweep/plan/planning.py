@@ -13,6 +13,7 @@ from ckptlib import CheckpointConfig
 from ckptlib.extrapolate import Estimate, ShallowPredictor
 from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
+from ckptlib.quantize import QUANTIZATIONS
 from ckptlib.units import format_bytes
 from sweep.config.cell import Cell
 from sweep.config.structured import ModeConfig, builtin_builder
@@ -386,20 +387,15 @@ def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | N
     return lines
 
 
-# SimpleTuner's keys for the base weights' precision each quantization stands for
-SIMPLETUNER_PRECISION = {
-    "none": {"base_model_precision": "no_change"},
-    "int8-torchao": {"base_model_precision": "int8-torchao"},
-    "fp8-torchao": {"base_model_precision": "fp8-torchao"},
-    "int8-sdnq": {"base_model_precision": "int8-sdnq"},
-    "int8-sdnq-hadamard": {"base_model_precision": "int8-sdnq", "sdnq_use_hadamard": True},
-}
-
-
 def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
     """The schedule, and the base precision it was planned with, as SimpleTuner's config keys; a
     cut SimpleTuner has no key for is said so."""
-    keys = {**SIMPLETUNER_PRECISION[quantization], "gradient_checkpointing": config.checkpoints}
+    base = (
+        dict(QUANTIZATIONS[quantization].simpletuner)
+        if quantization != "none"
+        else {"base_model_precision": "no_change"}
+    )
+    keys = {**base, "gradient_checkpointing": config.checkpoints}
     if config.checkpoints:
         keys["gradient_checkpointing_backend"] = config.backend
         if (config.interval or 1) > 1:

@@ -85,6 +85,9 @@ def test_the_schedule_is_written_as_simpletuner_keys_an_override_and_a_ckptlib_l
     [
         ("int8-torchao", {"base_model_precision": "int8-torchao"}),
         ("int8-sdnq-hadamard", {"base_model_precision": "int8-sdnq", "sdnq_use_hadamard": True}),
+        # SimpleTuner's fp8-torchao is Float8DynamicActivationFloat8WeightConfig; the weight-only
+        # scheme the project calls fp8-torchao is its fp8wo-torchao
+        ("fp8-torchao", {"base_model_precision": "fp8wo-torchao"}),
     ],
 )
 def test_the_simpletuner_block_names_the_base_precision_the_plan_assumed(quantization, keys):
