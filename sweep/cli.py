@@ -17,7 +17,7 @@ verbs:
   run [HYDRA OVERRIDES]      run a sweep (always a multirun), e.g.
                              ckpt-sweep run sweep=packed-latents mode=none,layer,unsloth
   report [--splice DOC.md]   regenerate the matrices under reports/ (or refresh marked blocks of DOC.md)
-  import FILE.md | --docs    import published tables (--docs: the docs' own, shipped) as provenance 'published'
+  import FILE.md | --docs    import published tables as 'published' (--docs: the docs' and SimpleTuner's, shipped)
   runs                       the recorded runs: id, name, hardware, provenance, cells, date
   export [--format csv|json] the cells of some or all runs, with their run, for other tools
   diff A B [--fail-on ...]   two runs (id or hardware label) cell by cell; --fail-on gates a CI job
@@ -109,23 +109,23 @@ def import_tables(args: list[str]) -> None:
     parser.add_argument("--source", help="where the numbers come from (default: the file path)")
     parser.add_argument("--family", help="family of tables the importer does not know by heading")
     options = parser.parse_args(args)
-    from sweep.report.published import DOCS_TABLES, import_file
+    from sweep.report.published import DOCS_TABLES, parse_file
     from sweep.report.text import TableError
+    from sweep.store.database import replace_runs
 
     if (options.file is None) == (not options.docs):
         parser.error("give one of FILE.md and --docs")
     files = list(DOCS_TABLES) if options.docs else [options.file]
     engine = _engine(options.db, create=True)
     try:
-        run_ids = [
-            run_id
-            for file in files
-            for run_id in import_file(
-                engine, file, hardware=options.hardware, source=options.source, family=options.family
-            )
-        ]
+        runs = [r for f in files for r in parse_file(f, options.hardware, options.source, options.family)]
+        if options.docs:
+            from sweep.report.reproduce_families import family_runs
+
+            runs += family_runs()
     except TableError as error:
         sys.exit(f"ckpt-sweep: nothing imported: {error}")
+    run_ids = replace_runs(engine, runs)  # one transaction: a bad table changes nothing
     print(f"imported {len(run_ids)} published run(s): ids {', '.join(map(str, run_ids))}")
 
 

@@ -15,7 +15,7 @@ from ckptlib.units import GIB
 from sweep.machine.cards import DEFAULT_MARGIN, Budget
 from sweep.vocabulary import Provenance, Status
 
-from .matrices import variant
+from .matrices import resolution, variant
 from .text import cell_texts
 
 
@@ -73,8 +73,10 @@ def advise(
     predicted = _standing_in(chosen[chosen["provenance"] == Provenance.PREDICTED], measured, device_kind)
     budget = Budget.on(device_kind, vram_bytes, margin)
     sources = ", ".join(sorted(set(measured["provenance"]))) or "no measured"
+    first = chosen.iloc[0]
+    at = resolution(first.get("height"), first.get("width"), first.get("frames"))
     head = [
-        f"{family} {chosen['preset'].iloc[0]}: {budget.heading()}; {sources} data"
+        f"{family} {first['preset']}{f' at {at}' if at else ''}: {budget.heading()}; {sources} data"
         + (f" from {hardware}" if hardware else ""),
         *notes,
     ]

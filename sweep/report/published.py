@@ -16,8 +16,8 @@ from sweep.vocabulary import Provenance
 from .text import MODE_BY_COLUMN, TableError, parse_cell, parse_tables, slug
 
 BUNDLED = Path(__file__).resolve().parent.parent / "published"  # sweep/published: the docs' tables, shipped
-# What `import --docs` imports: the docs' own tables. SimpleTuner's family tables, shipped beside them
-# (one table per family, modes as rows), are compared by prediction (reproduce_families.py), not imported.
+# What `import --docs` reads with this module: the docs' own tables. SimpleTuner's family tables,
+# shipped beside them (one table per family, modes as rows), are read by reproduce_families.py.
 DOCS_TABLES = (BUNDLED / "unsloth-synthetic.md",)
 
 

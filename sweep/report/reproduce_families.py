@@ -15,11 +15,15 @@ from multiprocessing import get_context
 
 from ckptlib import UnsupportedModeError
 from ckptlib.devices import DEVICE_MODELS
-from ckptlib.families import all_families, builders
+from ckptlib.families import all_families, builders, describe_shape
 from ckptlib.modes import MODES, as_wired
 from ckptlib.predict import predict
+from ckptlib.quantize import QUANTIZATIONS
 from ckptlib.units import GIB, MIB
+from sweep.config.cell import identity_key
 from sweep.machine.cards import CARDS_MIB
+from sweep.store.results import CellResult
+from sweep.vocabulary import FROM_TEXT, TEXT, Provenance, Status
 
 from .published import BUNDLED
 from .text import parse_tables
@@ -140,6 +144,59 @@ def published_tables() -> list[Table]:
             preset = preset or all_families()[family].default_preset
         tables.append(Table(table.heading, family, preset, cells, why, example))
     return tables
+
+
+RUN_NAME = "simpletuner-families"  # the imported runs' name, one per GPU
+SOURCE_NOTE = "SimpleTuner documentation/experimental/SEGMENTED_CHECKPOINTING.md at bc8e6ab77"
+# A docs row's precision -> the project's quantization (bf16 is the unquantized base). SimpleTuner's
+# fp8-torchao (dynamic float8 activations) has no scheme here: its rows are not imported.
+QUANTIZATION_OF_ROW = {"bf16": "none", **{q.simpletuner_row: name for name, q in QUANTIZATIONS.items()}}
+
+
+def family_runs() -> list[dict]:
+    """The family tables as runs of provenance `published` (as store.replace_runs takes them), one
+    per GPU: each modelled table's cells at its example config (shape, batch, LoRA rank), each mode
+    as SimpleTuner wired it for the family. Rows of a precision the project has no scheme for, `not
+    run` and `not measured` are left out."""
+    runs = {
+        column: {
+            "name": RUN_NAME,
+            "hardware": card,
+            "provenance": Provenance.PUBLISHED,
+            "source": f"{SOURCE_NOTE} (bundled: sweep/published/{SOURCE.name})",
+            "environment": {"hardware": card, "source": SOURCE_NOTE},
+            "cells": [],
+        }
+        for column, (card, _) in GPUS.items()
+    }
+    for table in published_tables():
+        if table.family is None:
+            continue
+        facts = describe_shape(table.family, table.preset, **table.example.shape)
+        wiring = all_families()[table.family].interval_regions
+        for published in table.cells:
+            quantization = QUANTIZATION_OF_ROW.get(published.precision)
+            recorded = published.status == TEXT[Status.OK] or published.status in FROM_TEXT
+            if quantization is None or not recorded or published.mode not in MODES:
+                continue
+            cell = {
+                "family": table.family,
+                "preset": table.preset,
+                "mode": published.mode,
+                "quantization": quantization,
+                "training": "lora",
+                "lora_rank": table.example.lora_rank,
+                "regions": as_wired(MODES[published.mode], wiring).regions,
+            }
+            key = identity_key({**cell, **table.example.shape})
+            runs[published.gpu]["cells"].append((cell, key, _result(published), facts))
+    return list(runs.values())
+
+
+def _result(published: PublishedCell) -> CellResult:
+    if published.status in FROM_TEXT:
+        return CellResult(FROM_TEXT[published.status])
+    return CellResult(Status.OK, sec_per_step=published.seconds, peak_bytes=published.peak_bytes)
 
 
 def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, int | str]:

@@ -165,3 +165,45 @@ def test_simpletuners_wiring_reproduces_a_published_family_delta(heading, mode, 
     result = compare(table, "H100", predicted)
     [row] = [r for r in result.rows if r.startswith(f"| {mode} |")]
     assert f"| +{published_delta:.2f} |" in row and row.endswith("| within |"), row
+
+
+def test_simpletuners_family_tables_import_as_published_runs_with_their_example_shapes():
+    """`import --docs` also imports SimpleTuner's family tables: one run per GPU, each cell at its
+    table's example config (Z-Image at 512x512, LoRA rank 64), each mode as SimpleTuner wired it for
+    the family (Chroma's interval per block). SimpleTuner's fp8wo-torchao is the project's
+    fp8-torchao; its fp8-torchao (dynamic float8 activations) has no scheme here and is left out."""
+    from sweep.report.reproduce_families import RUN_NAME, family_runs
+    from sweep.vocabulary import Provenance, Status
+
+    runs = {r["hardware"]: r for r in family_runs()}
+    assert set(runs) == {"H100 80GB", "L40S"}
+    assert {(r["name"], r["provenance"]) for r in runs.values()} == {(RUN_NAME, Provenance.PUBLISHED)}
+    h100 = {
+        (c["family"], c["quantization"], c["mode"]): (c, result, shape)
+        for c, _, result, shape in runs["H100 80GB"]["cells"]
+    }
+    cell, result, shape = h100[("z-image", "none", "layer")]
+    assert (result.status, result.sec_per_step, result.peak_bytes) == (Status.OK, 0.479, round(12.87 * GIB))
+    assert (cell["preset"], cell["lora_rank"], shape["height"], shape["width"]) == ("turbo", 64, 512, 512)
+    assert h100[("chroma", "none", "interval2")][0]["regions"] == "blocks"
+    assert h100[("ace-step", "none", "layer")][1].status == Status.OOM
+    lumina_fp8 = h100[("lumina2", "fp8-torchao", "layer")][1]  # the docs' fp8wo-torchao row: 0.452 / 4.99
+    assert (lumina_fp8.sec_per_step, lumina_fp8.peak_bytes) == (0.452, round(4.99 * GIB))
+    assert not any(c[0]["quantization"] not in ("none", "int8-sdnq-hadamard", "fp8-torchao") for c in h100.values())
+    for run in runs.values():  # one key per cell of a run
+        keys = [key for _, key, _, _ in run["cells"]]
+        assert len(set(keys)) == len(keys)
+
+
+def test_advise_answers_from_the_imported_family_tables(tmp_path):
+    """Z-Image on a 24 GB card, from SimpleTuner's published H100 rows: no checkpointing (21.25 GiB)
+    is over the budget, seg2-stride4 (16.88 GiB) is the fastest that fits."""
+    from tests.support.sweeps import run_cli
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    imported = run_cli(["import", "--docs", "--db", db])
+    assert imported.returncode == 0 and "imported 6 published run(s)" in imported.stdout, imported.stderr
+    advice = run_cli(["advise", "--family", "z-image", "--card", "RTX 4090", "--db", db])
+    assert advice.returncode == 0, advice.stderr
+    assert advice.stdout.startswith("z-image turbo at 512x512: budget 21.59 GiB")
+    assert "use: seg2-stride4: the fastest measured mode that fits (0.3490s/step at 16.88 GiB" in advice.stdout
