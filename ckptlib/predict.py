@@ -33,7 +33,7 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
@@ -94,7 +94,8 @@ def predict(
         F, "scaled_dot_product_attention", _fused_attention if model.flash_attention else _cpu_attention
     )
     dropout = mock.patch.object(F, "dropout", _fused_dropout) if model.fused_dropout else contextlib.nullcontext()
-    with attention, dropout, mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", _autocast_on_meta):
+    masks = MasksOnMeta(work.spec.mask_share) if work.spec.mask_share else contextlib.nullcontext()
+    with attention, dropout, masks, mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", _autocast_on_meta):
         streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
         work.settle()  # optimizer state and the lazily drawn target exist in every measured step
@@ -243,6 +244,44 @@ class StepCounter(LiveTensorTracker):
         formula = flop_registry.get(func._overloadpacket)
         if formula is not None:
             self.flops += formula(*args, **kwargs, out_val=out)
+
+
+class MasksOnMeta(TorchDispatchMode):
+    """NOTE [ Boolean masks on meta ]: a boolean index keeps as many elements as the mask has true
+    ones, which a meta tensor does not know. A mixture of experts routes each expert's tokens so
+    (`y[idx == i] = expert(x[idx == i])`); under balanced routing each keeps `share` of them. This
+    mode answers `nonzero` with that count, and turns a boolean index of `index` / `index_put` into
+    the positions it would select first (their meta kernels call `nonzero` beneath every mode)."""
+
+    def __init__(self, share: float):
+        super().__init__()
+        self.share = share
+
+    def _positions(self, mask: torch.Tensor) -> torch.Tensor:
+        kept = round(mask.numel() * self.share)
+        return torch.empty((kept, mask.dim()), dtype=torch.long, device="meta")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.nonzero.default and args[0].is_meta:
+            return self._positions(args[0])
+        if func in _INDEX_OPS and any(i is not None and i.dtype == torch.bool and i.is_meta for i in args[1]):
+            indices = []
+            for index in args[1]:
+                if index is not None and index.dtype == torch.bool:
+                    indices += list(self._positions(index).unbind(1))
+                else:
+                    indices.append(index)
+            args = (args[0], indices, *args[2:])
+        return func(*args, **kwargs)
+
+
+_INDEX_OPS = {
+    torch.ops.aten.index.Tensor,
+    torch.ops.aten.index_put.default,
+    torch.ops.aten.index_put_.default,
+    torch.ops.aten._index_put_impl_.default,
+}
 
 
 def truncate_blocks(model: nn.Module, keep: Mapping[str, int]) -> None:

@@ -75,6 +75,9 @@ class BlockSpec:
     attention / feed_forward: submodule paths inside a block (absent ones are skipped per block).
     conventions: per block list; FIRST_ARG by default. None: the list cannot be grouped (interval > 1
     is unsupported there).
+    mask_share: for a prediction on the meta device, where a boolean mask has no data, the share of
+    its elements a boolean index keeps (a mixture of experts' per-expert token mask under balanced
+    routing: 1 / experts). None: the model indexes by no data-dependent mask.
     """
 
     block_lists: Sequence[str]
@@ -83,6 +86,7 @@ class BlockSpec:
     conventions: Mapping[str, CallConvention | None] = field(default_factory=dict)
     name: str = "model"
     reasons: Mapping[str, str] = field(default_factory=dict)  # capability -> why the model lacks it
+    mask_share: float | None = None
 
     def convention(self, block_list: str) -> CallConvention | None:
         return self.conventions.get(block_list, FIRST_ARG)

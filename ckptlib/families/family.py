@@ -57,6 +57,10 @@ class Family:
     # checkpoint_sequential_state, "blocks" (every N-th block alone) where it calls only
     # should_checkpoint_block. The docs' interval columns mean this (ckptlib.modes.as_wired).
     interval_regions: str = "segments"
+    # The model config's count of routed experts, for a mixture of experts that routes tokens by a
+    # boolean mask per expert: a prediction keeps 1 / that many tokens per expert (balanced routing;
+    # BlockSpec.mask_share).
+    routed_experts: str | None = None
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists
@@ -67,6 +71,7 @@ class Family:
             conventions=dict(lists),
             name=self.docs_name,
             reasons=self.reasons,
+            mask_share=1 / model.config[self.routed_experts] if self.routed_experts else None,
         )
 
     def model_class(self):

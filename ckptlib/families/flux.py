@@ -325,6 +325,7 @@ FAMILIES = (
         lora_targets=("to_q", "to_k", "to_v", "to_out"),
         blocks_note="blocks are HiDreamBlock wrappers; the image feed-forward is a mixture of experts (trained "
         "in train mode, force_inference_output=False); image tokens are padded to max_resolution's count",
+        routed_experts="num_routed_experts",  # each expert's tokens are x[flat_topk_idx == i]
     ),
     Family(
         name="longcat-image",

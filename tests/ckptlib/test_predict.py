@@ -25,6 +25,8 @@ CASES = {
     "flux1": (builders.flux1, {"preset": "tiny", "height": 64, "width": 64}),
     "wan": (builders.wan, {"preset": "tiny", "height": 32, "width": 32, "frames": 5}),
     "sdxl": (builders.sdxl, {"preset": "tiny", "height": 64, "width": 64}),
+    # a mixture of experts: each expert's tokens are a boolean mask's (NOTE [ Boolean masks on meta ])
+    "hidream": (builders.hidream, {"preset": "tiny"}),
 }
 TOLERANCE = 0.05  # the bound is 10%; the fake run follows the real one op by op
 
