@@ -297,6 +297,13 @@ def truncate_blocks(model: nn.Module, keep: Mapping[str, int]) -> None:
         setattr(model.get_submodule(parent), name, shorter)
 
 
+# NOTE [ Inputs read in Python ]: some models read values of an input in Python, not only its
+# shape (Lumina2's rotary embedder: `caption_mask.sum(1).tolist()`, the captions' lengths). The meta
+# device has no values, so such an input (Workload.host_inputs, a family's `host_inputs`) is built
+# on the CPU and kept there in a prediction; what the model computes from its values (lengths,
+# padding) is then what a real step computes. It is an input, not an activation: no peak counts it.
+
+
 def _meta_workload(work: Workload, model: DeviceModel) -> Workload:
     """The same workload with every tensor on the meta device (tied weights stay tied): a real
     tensor a build left in the model (a rotary table some models cache) would not mix with meta
@@ -325,7 +332,9 @@ def _meta_workload(work: Workload, model: DeviceModel) -> Workload:
         for name, value in vars(module).items():  # plain tensor attributes (rotary tables some models cache)
             if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
                 setattr(module, name, meta(value))
+    kept = {name: work.kwargs[name] for name in work.host_inputs if name in work.kwargs}
     work.args, work.kwargs = tree_map(meta, (work.args, work.kwargs))
+    work.kwargs.update(kept)  # NOTE [ Inputs read in Python ]: values the model reads stay readable
     work.target = meta(work.target)
     work.grad_inputs = tuple(meta(t) for t in work.grad_inputs)
     if work.optimizer is not None:

@@ -26,6 +26,9 @@ class Workload:
     target: torch.Tensor | None = None
     optimizer: torch.optim.Optimizer | None = None
     grad_inputs: tuple[torch.Tensor, ...] = ()  # inputs that collect gradients (frozen training)
+    # keyword inputs the model reads in Python (a caption mask's lengths): built on the meta device,
+    # they are CPU tensors, and a prediction keeps them so (NOTE [ Inputs read in Python ])
+    host_inputs: tuple[str, ...] = ()
 
     def step(self) -> torch.Tensor:
         for t in self.grad_inputs:

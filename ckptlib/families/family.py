@@ -61,6 +61,9 @@ class Family:
     # boolean mask per expert: a prediction keeps 1 / that many tokens per expert (balanced routing;
     # BlockSpec.mask_share).
     routed_experts: str | None = None
+    # Inputs whose values the model reads in Python (`mask.sum(1).tolist()`): the meta device has
+    # no values, so a build on it makes these on the CPU (Workload.host_inputs).
+    host_inputs: tuple[str, ...] = ()
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists

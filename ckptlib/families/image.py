@@ -342,6 +342,7 @@ FAMILIES = (
         feed_forward=("feed_forward",),
         blocks_note="the refiners (noise_refiner, context_refiner) are block lists of their own and are "
         "checkpointed too (diffusers' own hook covers `layers` only)",
+        host_inputs=("encoder_attention_mask",),  # its rotary embedder reads the captions' lengths from it
     ),
     Family(
         name="qwen-image",

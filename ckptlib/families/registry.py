@@ -86,6 +86,9 @@ def build(
     model.train()
     generator = seeded_generator(device, seed + 1)
     kwargs = entry.inputs(model.config, shape, device, dtype, generator)
+    if entry.host_inputs and device.type == "meta":  # NOTE [ Inputs read in Python ]
+        on_host = entry.inputs(model.config, shape, torch.device("cpu"), dtype, seeded_generator("cpu", seed + 1))
+        kwargs.update({name: on_host[name] for name in entry.host_inputs})
     kwargs["return_dict"] = False
     grad_inputs = ()
     if training == "frozen":  # gradients flow to the latents only
@@ -100,6 +103,7 @@ def build(
         target=None,
         optimizer=adamw_for(model),
         grad_inputs=grad_inputs,
+        host_inputs=entry.host_inputs,
     )
 
 

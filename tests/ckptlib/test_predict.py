@@ -27,6 +27,8 @@ CASES = {
     "sdxl": (builders.sdxl, {"preset": "tiny", "height": 64, "width": 64}),
     # a mixture of experts: each expert's tokens are a boolean mask's (NOTE [ Boolean masks on meta ])
     "hidream": (builders.hidream, {"preset": "tiny"}),
+    # reads its captions' lengths from a mask in Python (NOTE [ Inputs read in Python ])
+    "lumina2": (builders.lumina2, {"preset": "tiny"}),
 }
 TOLERANCE = 0.05  # the issue's bound is 10%; the fake run follows the real one op by op
 
