@@ -430,6 +430,7 @@ FAMILIES = (
         block_lists={"layers": FIRST_ARG},
         attention=("self_attn",),
         feed_forward=("mlp",),
+        host_inputs=("position_ids",),  # its rotary embedding compares the largest position with a limit
     ),
     Family(
         name="z-image",

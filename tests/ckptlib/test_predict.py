@@ -29,6 +29,7 @@ CASES = {
     "hidream": (builders.hidream, {"preset": "tiny"}),
     # reads its captions' lengths from a mask in Python (NOTE [ Inputs read in Python ])
     "lumina2": (builders.lumina2, {"preset": "tiny"}),
+    "omnigen": (builders.omnigen, {"preset": "tiny"}),  # and its largest position id
 }
 TOLERANCE = 0.05  # the issue's bound is 10%; the fake run follows the real one op by op
 
