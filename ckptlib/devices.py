@@ -3,7 +3,7 @@ tensors a step makes. Imports no torch: a budget (advise, plan) reads the contex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .units import MIB
@@ -63,33 +63,24 @@ class DeviceModel:
         return lines
 
 
+# torch's CUDA defaults on Hopper: 512 B blocks, a 32 MiB cuBLAS workspace (4096 KiB x 8),
+# about 0.5 GiB of context and kernel images per process.
+HOPPER = DeviceModel(
+    "cuda",
+    "bfloat16",
+    512,
+    32 * MIB,
+    512 * MIB,
+    flash_attention=True,
+    foreach_optimizer=True,
+    asynchronous_copies=True,
+    fused_dropout=True,
+)
 DEVICE_MODELS = {
-    # torch's CUDA defaults on Hopper: 512 B blocks, a 32 MiB cuBLAS workspace (4096 KiB x 8),
-    # about 0.5 GiB of context and kernel images per process.
-    "cuda": DeviceModel(
-        "cuda",
-        "bfloat16",
-        512,
-        32 * MIB,
-        512 * MIB,
-        flash_attention=True,
-        foreach_optimizer=True,
-        asynchronous_copies=True,
-        fused_dropout=True,
-    ),
+    "cuda": HOPPER,
     # Before Hopper (Ampere, Ada: A100, L40S, RTX 4090) torch's default cuBLAS workspace is
     # ":4096:2:16:8", 8.125 MiB; the rest as on Hopper.
-    "cuda-pre-hopper": DeviceModel(
-        "cuda-pre-hopper",
-        "bfloat16",
-        512,
-        4096 * 2 * 1024 + 16 * 8 * 1024,
-        512 * MIB,
-        flash_attention=True,
-        foreach_optimizer=True,
-        asynchronous_copies=True,
-        fused_dropout=True,
-    ),
+    "cuda-pre-hopper": replace(HOPPER, name="cuda-pre-hopper", workspace_bytes=4096 * 2 * 1024 + 16 * 8 * 1024),
     # What the harness measures on CPU: fp32, exact storage bytes, the CPU kernels.
     "cpu": DeviceModel(
         "cpu",
