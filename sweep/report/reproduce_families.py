@@ -77,6 +77,9 @@ EXAMPLES: dict[str, Example] = {
     "LTXVideo 0.9.5": Example("ltxvideo", "2b", shape=VIDEO_480),
     "LTXVideo2 2.3": Example("ltxvideo2", "2.3-dev", shape={"height": 544, "width": 960}),  # pixel area 720
     "Lumina2": Example(shape={**SQUARE_512, "batch": 2}),
+    # multidatabackend-reference-512px.json: pixel area 512 (the config's "resolution": 1024 is the default
+    # its dataset overrides), with reference images as superresolution conditioning
+    "OmniGen": Example(shape=SQUARE_512, note=LOKR + "; the dataset's reference images (conditioning) are not inputs"),
     "PixArt": Example(shape={"batch": 3}, note=LOKR + "; the example's 42-block 900M is the project's 28-block preset"),
     "Qwen Image": Example(lora_rank=8),
     "Sana": Example(shape={"batch": 4}, note=LOKR),
