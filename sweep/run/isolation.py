@@ -26,7 +26,17 @@ from . import quiet
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exits
 # The fork server imports sweep.run.forkserver only; it imports these, with CUDA guarded (NOTE [ The
 # fork server owns its preload ] in sweep/run/forkserver.py).
-PRELOAD = ["torch", "ckptlib", "ckptlib.synthetic", "peft", "sweep.run.isolation", "sweep.run.scenarios"]
+# ckptlib loads its names on first use: the modules every measured cell runs are named here.
+PRELOAD = [
+    "torch",
+    "ckptlib.wiring",
+    "ckptlib.attention",
+    "ckptlib.families",
+    "ckptlib.synthetic",
+    "peft",
+    "sweep.run.isolation",
+    "sweep.run.scenarios",
+]
 PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
 # What a builder's module needs preloaded besides itself: every diffusers class for the families
 # (5 s of imports a child would otherwise pay per cell).
