@@ -189,10 +189,14 @@ def test_every_published_size_names_a_preset():
 @pytest.mark.parametrize("name", BUILDABLE)
 def test_the_whole_workload_builds_on_meta(name):
     """Model and inputs: the CPU memory guard's rough bound and the predictor build every cell on
-    meta first (an input made with .item() failed every cosmos3 cell)."""
+    meta first (an input made with .item() failed every cosmos3 cell). Inputs the model reads in
+    Python are on the CPU (NOTE [ Inputs read in Python ]), and only those."""
     work = build(name, "tiny", device="meta", dtype=torch.bfloat16)
-    leaves = [t for t in torch.utils._pytree.tree_leaves((work.args, work.kwargs)) if isinstance(t, torch.Tensor)]
+    inputs = {k: v for k, v in work.kwargs.items() if k not in work.host_inputs}
+    leaves = [t for t in torch.utils._pytree.tree_leaves((work.args, inputs)) if isinstance(t, torch.Tensor)]
     assert leaves and all(t.device.type == "meta" for t in leaves)
+    assert work.host_inputs == get(name).host_inputs
+    assert all(work.kwargs[k].device.type == "cpu" for k in work.host_inputs)
 
 
 def test_families_without_a_class_are_listed_and_unsupported():
