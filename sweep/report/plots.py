@@ -225,7 +225,9 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path, progress=None) ->
             for (hardware, tokens, preset), points in part.groupby(
                 ["hardware", "tokens", "preset"], sort=True, dropna=False
             ):
-                if len(points) < 2 or (matrix.family != "synthetic" and f"/{preset}" not in matrix.table_id):
+                # a family's table is one hardware's and one preset's (its id says which)
+                theirs = matrix.family == "synthetic" or f"/{slug(hardware)}/{preset}" in matrix.table_id
+                if len(points) < 2 or not theirs:
                     continue
                 count = "" if pd.isna(tokens) else f"{int(tokens)} tokens"
                 # one file per table, hardware and shape: none overwrites another

@@ -683,3 +683,22 @@ def test_the_reports_figures_say_their_progress_table_by_table(engine, tmp_path)
     write_reports(engine, tmp_path / "reports", progress=lambda done, total: heard.append((done, total)))
     total = heard[-1][1]
     assert total > 1 and heard == [(done, total) for done in range(1, total + 1)]
+
+
+def test_a_family_tables_plots_are_its_own_hardwares(tmp_path):
+    """SimpleTuner's family tables, imported: Z-Image's H100 table shows the H100 plot and its L40S
+    table the L40S one (each table is one hardware's; its plot was drawn under both)."""
+    from sweep.report.plots import matrix_plots
+    from sweep.report.reproduce_families import family_runs
+    from sweep.store.database import replace_runs
+
+    engine = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    replace_runs(engine, family_runs())
+    cells = load_cells(engine)
+    cells = cells[cells["family"] == "z-image"]
+    matrices = build_matrices(cells)
+    plots = matrix_plots(cells, matrices, tmp_path / "plots")
+    assert sorted(plots) == ["z-image/simpletuner-families/h100-80gb/turbo", "z-image/simpletuner-families/l40s/turbo"]
+    for table_id, paths in plots.items():
+        hardware = table_id.split("/")[2]
+        assert [p.name for p in paths] == [f"z-image-simpletuner-families-{hardware}-turbo-1024-tokens.png"], paths
