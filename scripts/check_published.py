@@ -2,7 +2,7 @@
 """Reproduce the docs' published tables by prediction and write reports/published.md: the synthetic
 tables (sweep/report/reproduce.py) and SimpleTuner's family tables (sweep/report/reproduce_families.py):
 
-    python scripts/check_published.py                   # about 20 s, and 15 min for the families, on 2 cores
+    python scripts/check_published.py                   # about 20 s, and 6 min for the families, on 2 cores
     python scripts/check_published.py --synthetic-only  # the synthetic tables alone
     python scripts/check_published.py --out /tmp/published.md
 """
