@@ -67,6 +67,18 @@ def _meaning(table, path: str, family: str | None) -> TableMeaning:
     return TableMeaning(slug(heading) or "imported", family)
 
 
+def published_run(name: str, hardware: str, source: str) -> dict:
+    """An empty run of provenance `published`, as store.replace_runs takes it; cells are appended."""
+    return {
+        "name": name,
+        "hardware": hardware,
+        "provenance": Provenance.PUBLISHED,
+        "source": source,
+        "environment": {"hardware": hardware, "source": source},
+        "cells": [],
+    }
+
+
 def parse_file(
     path: str | Path, hardware: str | None = None, source: str | None = None, family: str | None = None
 ) -> list[dict]:
@@ -111,15 +123,7 @@ def parse_file(
                 except ValueError:
                     raise TableError(f"{path}:{line}: Tokens cell {row['tokens']!r} is not a whole number") from None
             run = runs.setdefault(
-                (meaning.sweep, row["hardware"]),
-                {
-                    "name": meaning.sweep,
-                    "hardware": row["hardware"],
-                    "provenance": Provenance.PUBLISHED,
-                    "source": source or str(path),
-                    "environment": {"hardware": row["hardware"], "source": source or str(path)},
-                    "cells": [],
-                },
+                (meaning.sweep, row["hardware"]), published_run(meaning.sweep, row["hardware"], source or str(path))
             )
             for index, role in roles.items():
                 if not role.startswith("mode:"):

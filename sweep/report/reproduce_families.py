@@ -23,9 +23,9 @@ from ckptlib.units import GIB, MIB
 from sweep.config.cell import identity_key
 from sweep.machine.cards import CARDS_MIB
 from sweep.store.results import CellResult
-from sweep.vocabulary import FROM_TEXT, TEXT, Provenance, Status
+from sweep.vocabulary import FROM_TEXT, TEXT, Status
 
-from .published import BUNDLED
+from .published import BUNDLED, published_run
 from .text import parse_tables
 
 SOURCE = BUNDLED / "simpletuner-families.md"
@@ -161,17 +161,8 @@ def family_runs() -> list[dict]:
     per GPU: each modelled table's cells at its example config (shape, batch, LoRA rank), each mode
     as SimpleTuner wired it for the family. Rows of a precision the project has no scheme for, `not
     run` and `not measured` are left out."""
-    runs = {
-        column: {
-            "name": RUN_NAME,
-            "hardware": card,
-            "provenance": Provenance.PUBLISHED,
-            "source": f"{SOURCE_NOTE} (bundled: sweep/published/{SOURCE.name})",
-            "environment": {"hardware": card, "source": SOURCE_NOTE},
-            "cells": [],
-        }
-        for column, (card, _) in GPUS.items()
-    }
+    source = f"{SOURCE_NOTE} (bundled: sweep/published/{SOURCE.name})"
+    runs = {column: published_run(RUN_NAME, card, source) for column, (card, _) in GPUS.items()}
     for table in published_tables():
         if table.family is None:
             continue
