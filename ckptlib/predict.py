@@ -265,15 +265,16 @@ class MasksOnMeta(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten.nonzero.default and args[0].is_meta:
             return self._positions(args[0])
-        if func in _INDEX_OPS and any(i is not None and i.dtype == torch.bool and i.is_meta for i in args[1]):
+        if func in _INDEX_OPS and any(map(_meta_mask, args[1])):
             indices = []
             for index in args[1]:
-                if index is not None and index.dtype == torch.bool:
-                    indices += list(self._positions(index).unbind(1))
-                else:
-                    indices.append(index)
+                indices += list(self._positions(index).unbind(1)) if _meta_mask(index) else [index]
             args = (args[0], indices, *args[2:])
         return func(*args, **kwargs)
+
+
+def _meta_mask(index: torch.Tensor | None) -> bool:
+    return index is not None and index.dtype == torch.bool and index.is_meta
 
 
 _INDEX_OPS = {
