@@ -22,7 +22,7 @@ import os
 import sys
 
 from . import cuda_guard, quiet
-from .isolation import PRELOAD_VARIABLE, die_with_parent
+from .isolation import PATH_VARIABLE, PRELOAD_VARIABLE, die_with_parent
 
 FAILED_VARIABLE = "CKPT_SWEEP_PRELOAD_FAILED"  # what earlier starts of this server could not preload
 FAILED: dict[str, str] = json.loads(os.environ.get(FAILED_VARIABLE) or "{}")
@@ -46,6 +46,8 @@ def preload(modules: list[str]) -> None:
             os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+if os.environ.get(PATH_VARIABLE):
+    sys.path[:] = os.environ[PATH_VARIABLE].split(os.pathsep)
 die_with_parent()
 quiet.install()
 cuda_guard.install()

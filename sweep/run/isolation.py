@@ -38,6 +38,9 @@ PRELOAD = [
     "sweep.run.scenarios",
 ]
 PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
+# The sweep's sys.path, for the fork server: Python 3.11's ignores the one multiprocessing hands it
+# (3.12 applies it), so under PYTHONSAFEPATH a builder beside the command line was not found there.
+PATH_VARIABLE = "CKPT_SWEEP_SYS_PATH"
 # What a builder's module needs preloaded besides itself: every diffusers class for the families
 # (5 s of imports a child would otherwise pay per cell).
 PRELOAD_FOR = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
@@ -55,6 +58,7 @@ def fork_server(builder_module: str):
     if _context is None:
         _context = mp.get_context("forkserver")
         os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module))
+        os.environ[PATH_VARIABLE] = os.pathsep.join(sys.path)
         _context.set_forkserver_preload(["sweep.run.forkserver"])
     return _context
 
