@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +27,10 @@ from ckptlib.extrapolate import ShallowPredictor
 from ckptlib.planner import Candidate, describe, fit_throughput, plan_schedules
 from ckptlib.units import GIB, MIB
 from sweep.config.builders import import_builder
+from sweep.config.structured import builtin_builder
 from sweep.plan.planning import Request, assumed_throughput, make_plan, schedule_key
-from sweep.plan.verify import measure
+from sweep.plan.verify import measure, timings
+from sweep.vocabulary import Status
 
 FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image", "flux1:dev:int8-torchao")
 
@@ -88,10 +89,10 @@ def spread(frontier: list[Candidate], count: int) -> list[Candidate]:
     return sorted(picked, key=lambda c: c.peak_bytes)
 
 
-def cpu_study(preset: str, budget_mib: float, frontier_cells: int, steps: int, rounds: int) -> dict:
-    request = Request(
-        "synthetic", "ckptlib.synthetic.build", preset, int(budget_mib * MIB), f"{budget_mib} MiB", device="cpu"
-    )
+def cpu_study(family: str, preset: str, budget_mib: float, frontier_cells: int, steps: int, rounds: int) -> dict:
+    """The pick for `budget_mib` against the fastest docs mode that fits, all measured on this CPU in
+    `rounds` runs, the order reversed every other run (NOTE [ Verdicts above the noise ])."""
+    request = Request(family, builtin_builder(family), preset, int(budget_mib * MIB), f"{budget_mib} MiB", device="cpu")
     outcome = make_plan(request, None)
     fitting = outcome.plan.fitting(request.budget_bytes)
     front = spread(outcome.plan.frontier(), frontier_cells)
@@ -101,33 +102,43 @@ def cpu_study(preset: str, budget_mib: float, frontier_cells: int, steps: int, r
     docs = [n for n, config in MODES.items() if schedule_key(config) in fit_keys - chosen_keys]
     with tempfile.TemporaryDirectory() as folder:
         db = f"sqlite:///{folder}/bench.db"
-        measured = [measure(request, chosen, docs, db, f"bench-plan-{r}", steps, warmup=3) for r in range(rounds)]
-    ok = {name: row for name, row in measured[0].items() if all(name in m and m[name].status == "ok" for m in measured)}
-    seconds = {name: statistics.median(m[name].sec_per_step for m in measured) for name in ok}
+        measured = timings(
+            [
+                measure(request, chosen, docs, db, "bench-plan", steps, warmup=3, reverse=bool(r % 2))
+                for r in range(rounds)
+            ]
+        )
+    ok = {name: timing for name, timing in measured.items() if timing.status == Status.OK}
     rows = []
     for rank, candidate in enumerate(chosen, 1):
         if f"plan-{rank}" in ok:
+            timing = ok[f"plan-{rank}"]
             rows.append({"schedule": describe(candidate.config), "predicted_s": candidate.seconds,
-                         "measured_s": seconds[f"plan-{rank}"], "peak_mib": ok[f"plan-{rank}"].peak_bytes / MIB,
-                         "estimate": candidate.estimate})  # fmt: skip
+                         "measured_s": timing.seconds, "noise_s": timing.noise,
+                         "peak_mib": timing.peak_bytes / MIB, "estimate": candidate.estimate})  # fmt: skip
     by_key = {schedule_key(c.config): c.estimate for c in outcome.plan.candidates}
-    docs_cells = [(by_key[schedule_key(MODES[d])], seconds[d]) for d in docs if d in ok]
+    docs_cells = [(by_key[schedule_key(MODES[d])], ok[d].seconds) for d in docs if d in ok]
     fitted = fit_throughput(docs_cells, False, "fitted to the docs modes") if len(docs_cells) >= 2 else None
     frame = pd.DataFrame(rows)
     if fitted is not None:
         frame["calibrated_s"] = [fitted.step_seconds(e) for e in frame["estimate"]]
-    fits_docs = {d: seconds[d] for d in docs if d in ok and ok[d].peak_bytes <= request.budget_bytes}
-    best = min(fits_docs, key=fits_docs.get) if fits_docs else None
+    fits_docs = {d: ok[d] for d in docs if d in ok and ok[d].peak_bytes <= request.budget_bytes}
+    best = min(fits_docs, key=lambda d: fits_docs[d].seconds) if fits_docs else None
     pick = frame.iloc[0]
+    pick_timing = ok["plan-1"]
     return {
+        "family": family,
         "preset": preset,
         "budget_mib": budget_mib,
         "pick": pick["schedule"],
         "pick_s": pick["measured_s"],
+        "pick_noise_s": pick["noise_s"],
         "pick_peak_mib": pick["peak_mib"],
         "best_docs": best,
-        "best_docs_s": fits_docs.get(best),
-        "ratio": pick["measured_s"] / fits_docs[best] if best else None,
+        "best_docs_s": fits_docs[best].seconds if best else None,
+        "best_docs_noise_s": fits_docs[best].noise if best else None,
+        "ratio": pick["measured_s"] / fits_docs[best].seconds if best else None,
+        "apart": pick_timing.apart_from(fits_docs[best]) if best else None,
         "spearman_assumed": frame["predicted_s"].corr(frame["measured_s"], method="spearman"),
         "spearman_calibrated": frame["calibrated_s"].corr(frame["measured_s"], method="spearman") if fitted else None,
         "frontier_measured": len(frame),

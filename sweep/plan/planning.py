@@ -412,15 +412,19 @@ def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
     return text
 
 
-def run_command(request: Request, config: CheckpointConfig) -> str:
-    """The `ckpt-sweep run` line that measures exactly the planned cell: its model, shape, training
-    and base precision, and the schedule."""
-    family = f"family={request.family}"
+def cell_overrides(request: Request) -> list[str]:
+    """The overrides of `ckpt-sweep run sweep=none` that name the planned cell: its model, shape,
+    training and base precision."""
+    family = [f"family={request.family}"]
     if request.builder != builtin_builder(request.family):  # the user's own model
-        family = f"family._target_={request.builder} family.name={request.family}"
-    cell = f"preset={request.preset} training={request.training} quantization={request.quantization}"
-    cell += "".join(f" +shape.{name}={value}" for name, value in request.shape.items())
-    return f"ckpt-sweep run sweep=none {family} {cell} {run_override(config)}"
+        family = [f"family._target_={request.builder}", f"family.name={request.family}"]
+    cell = [f"preset={request.preset}", f"training={request.training}", f"quantization={request.quantization}"]
+    return family + cell + [f"+shape.{name}={value}" for name, value in request.shape.items()]
+
+
+def run_command(request: Request, config: CheckpointConfig) -> str:
+    """The `ckpt-sweep run` line that measures exactly the planned cell and schedule."""
+    return f"ckpt-sweep run sweep=none {' '.join(cell_overrides(request))} {run_override(config)}"
 
 
 def run_override(config: CheckpointConfig) -> str:

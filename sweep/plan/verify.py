@@ -3,9 +3,11 @@ with each schedule as a mode config on Hydra's search path), beside the docs' mo
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckptlib import MODES
@@ -14,16 +16,42 @@ from ckptlib.quantize import inherited_environment
 from ckptlib.units import format_bytes
 from sweep.vocabulary import Provenance, Status
 
-from .planning import SCHEDULE_FIELDS, PlanResult, Request, recorded_schedule, schedule_key
+from .planning import SCHEDULE_FIELDS, PlanResult, Request, cell_overrides, recorded_schedule, schedule_key
+
+# NOTE [ Verdicts above the noise ]: on a CPU, and on a shared GPU host, two schedules' step
+# times differ from run to run by more than neighbours on the frontier differ from each other. So
+# every schedule is measured in several rounds (the run order reversed every other round, so drift
+# in the host's load falls on all of them alike), a schedule's time is the median of its rounds, and
+# its noise the wider of its rounds' range and its steps' interquartile range. Two schedules are
+# told apart only when their times differ by more than the larger of their noises; otherwise the
+# verdict says they are within the noise.
+ROUNDS = 3
+STEPS = 10
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One schedule measured in every round: the median of its rounds' sec/step and its noise (s)."""
+
+    status: str
+    seconds: float | None = None
+    noise: float | None = None
+    peak_bytes: int | None = None
+    rounds: int = 0
+
+    def apart_from(self, other: Timing) -> bool:
+        return abs(self.seconds - other.seconds) > max(self.noise, other.noise)
 
 
 def top(outcome: PlanResult, count: int = 3) -> list[Candidate]:
     return outcome.plan.fitting(outcome.request.budget_bytes)[:count]
 
 
-def verify(outcome: PlanResult, db_url: str, run_name: str, steps: int = 5, warmup: int = 2) -> list[str]:
+def verify(
+    outcome: PlanResult, db_url: str, run_name: str, steps: int = STEPS, warmup: int = 2, rounds: int = ROUNDS
+) -> list[str]:
     """Measure the top three fitting schedules and the docs' modes predicted to fit, as cells of
-    one run, and say whether the predicted order held."""
+    one run per round, and say whether the predicted order held above the noise."""
     chosen = top(outcome)
     budget = outcome.request.budget_bytes
     fitting = {schedule_key(c.config) for c in outcome.plan.fitting(budget)}
@@ -31,25 +59,59 @@ def verify(outcome: PlanResult, db_url: str, run_name: str, steps: int = 5, warm
     # a docs mode with a planned schedule is the same cell: measured once, under its plan-N name
     docs = [n for n, config in MODES.items() if schedule_key(config) in fitting - planned]
     try:
-        measured = measure(outcome.request, chosen, docs, db_url, run_name, steps, warmup)
+        measured = [
+            measure(outcome.request, chosen, docs, db_url, run_name, steps, warmup, reverse=bool(r % 2))
+            for r in range(rounds)
+        ]
     except RuntimeError as error:
         return [f"verify: {error}"]
-    return verdict(chosen, docs, measured, budget)
+    return verdict(chosen, docs, timings(measured), budget)
+
+
+def timings(rounds: list[dict[str, object]]) -> dict[str, Timing]:
+    """Each name's cells over the rounds -> its Timing (NOTE [ Verdicts above the noise ]); a name
+    not ok in every round keeps the status of its first round that was not."""
+    names = dict.fromkeys(name for measured in rounds for name in measured)
+    result = {}
+    for name in names:
+        rows = [measured.get(name) for measured in rounds]
+        failed = [getattr(row, "status", "not recorded") for row in rows if getattr(row, "status", None) != Status.OK]
+        if failed:
+            result[name] = Timing(failed[0])
+            continue
+        seconds = [row.sec_per_step for row in rows]
+        steps_iqr = statistics.median(row.iqr_s or 0.0 for row in rows)
+        result[name] = Timing(
+            Status.OK,
+            statistics.median(seconds),
+            max(max(seconds) - min(seconds), steps_iqr),
+            max(row.peak_bytes for row in rows),
+            len(rows),
+        )
+    return result
 
 
 def measure(
-    request: Request, candidates: list[Candidate], docs: list[str], db_url: str, run_name: str, steps: int, warmup: int
+    request: Request,
+    candidates: list[Candidate],
+    docs: list[str],
+    db_url: str,
+    run_name: str,
+    steps: int,
+    warmup: int,
+    reverse: bool = False,
 ) -> dict[str, object]:
-    """plan-1 ... plan-N (the candidates, in order) and the docs modes named -> their recorded cell."""
+    """plan-1 ... plan-N (the candidates) and the docs modes named -> their recorded cell; run in
+    that order, or in reverse."""
     from sweep.store.database import open_store
     from sweep.store.query import load_cells, load_runs
 
     with tempfile.TemporaryDirectory(prefix="ckpt-sweep-plan-") as folder:
         names = mode_files(candidates, Path(folder))
+        order = names + docs
         command = [
-            sys.executable, "-m", "sweep.cli", "run", "sweep=none", *_family_overrides(request),
-            f"preset={request.preset}", f"training={request.training}",
-            f"quantization={request.quantization}", f"mode={','.join(names + docs)}",
+            sys.executable, "-m", "sweep.cli", "run", "sweep=none", *cell_overrides(request),
+            f"mode={','.join(order[::-1] if reverse else order)}",
             f"hydra.searchpath=[file://{folder}]", f"db.url={db_url}", f"run.name={run_name}", "run.rerun=all",
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}",
         ]  # fmt: skip
@@ -68,35 +130,55 @@ def measure(
     return {name: row for name, row in measured.items() if row is not None}
 
 
-def verdict(chosen: list[Candidate], docs: list[str], measured: dict, budget: int) -> list[str]:
-    """What the measured cells say of the plan: each planned schedule against its prediction,
-    whether the predicted order held, and plan-1 against the fastest docs mode that fits."""
+def verdict(chosen: list[Candidate], docs: list[str], measured: dict[str, Timing], budget: int) -> list[str]:
+    """What the measured schedules say of the plan: each planned schedule against its prediction,
+    whether the predicted order held above the noise, and plan-1 against the fastest docs mode that
+    fits."""
     names = [f"plan-{rank}" for rank in range(1, len(chosen) + 1)]
-    ok = {name: row for name, row in measured.items() if row.status == Status.OK}
-    lines = ["verify (measured, same run):"]
+    ok = {name: timing for name, timing in measured.items() if timing.status == Status.OK}
+    rounds = max((timing.rounds for timing in ok.values()), default=0)
+    lines = [f"verify (measured, median of {rounds} round{'s' if rounds != 1 else ''}, order reversed every other):"]
     for name, candidate in zip(names, chosen):
-        row = measured.get(name)
+        timing = measured.get(name)
         if name not in ok:
-            lines.append(f"  {name} {describe(candidate.config)}: {getattr(row, 'status', 'not recorded')}")
+            lines.append(f"  {name} {describe(candidate.config)}: {getattr(timing, 'status', 'not recorded')}")
             continue
-        fits = "fits" if row.peak_bytes <= budget else "OVER the budget"
+        fits = "fits" if timing.peak_bytes <= budget else "OVER the budget"
         lines.append(
-            f"  {name} {describe(candidate.config)}: measured {row.sec_per_step:.4f} s/step, peak "
-            f"{format_bytes(row.peak_bytes)} ({fits}); predicted {candidate.seconds:.4f} s/step, "
-            f"{format_bytes(candidate.peak_bytes)}"
+            f"  {name} {describe(candidate.config)}: measured {timing.seconds:.4f} s/step (noise "
+            f"{timing.noise:.4f}), peak {format_bytes(timing.peak_bytes)} ({fits}); predicted "
+            f"{candidate.seconds:.4f} s/step, {format_bytes(candidate.peak_bytes)}"
         )
-    order = sorted((n for n in names if n in ok), key=lambda n: ok[n].sec_per_step)
+    if rounds < 2:
+        lines.append("  one round: the noise between runs is not measured, so no order is above it")
+    order = sorted((n for n in names if n in ok), key=lambda n: ok[n].seconds)
     if len(order) == len(names):
-        held = order == names
-        lines.append(
-            "  the predicted order held" if held else f"  the predicted order did not hold: {', '.join(order)}"
-        )
+        lines.append(_order_line(names, order, ok))
     fitting_docs = [d for d in docs if d in ok and ok[d].peak_bytes <= budget]
     if fitting_docs and names and names[0] in ok:
-        best = min(fitting_docs, key=lambda d: ok[d].sec_per_step)
-        ratio = ok[names[0]].sec_per_step / ok[best].sec_per_step
-        lines.append(f"  plan-1 against the fastest docs mode that fits ({best}): {ratio:.3f}x its sec/step")
+        best = min(fitting_docs, key=lambda d: ok[d].seconds)
+        pick = ok[names[0]]
+        ratio = pick.seconds / ok[best].seconds
+        apart = "beyond" if pick.apart_from(ok[best]) else "within"
+        lines.append(
+            f"  plan-1 against the fastest docs mode that fits ({best}): {ratio:.3f}x its sec/step ({apart} the noise)"
+        )
     return lines
+
+
+def _order_line(predicted: list[str], measured: list[str], ok: dict[str, Timing]) -> str:
+    if measured == predicted:
+        return "  the predicted order held"
+    swapped = [
+        (a, b)
+        for i, a in enumerate(predicted)
+        for b in predicted[i + 1 :]
+        if ok[b].seconds < ok[a].seconds and ok[a].apart_from(ok[b])
+    ]
+    if not swapped:
+        return f"  the predicted order held within the noise (measured {', '.join(measured)})"
+    pairs = ", ".join(f"{b} before {a}" for a, b in swapped)
+    return f"  the predicted order did not hold: {pairs}, beyond the noise"
 
 
 def mode_files(candidates: list[Candidate], folder: Path) -> list[str]:
@@ -121,11 +203,3 @@ def _yaml(value) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(map(str, value)) + "]"
     return str(value)
-
-
-def _family_overrides(request: Request) -> list[str]:
-    from ckptlib.families import all_families
-
-    if request.family == "synthetic" or request.family in all_families():
-        return [f"family={request.family}"]
-    return [f"family._target_={request.builder}", f"family.name={request.family}"]

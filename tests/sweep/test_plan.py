@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -19,7 +20,7 @@ from sweep.plan.planning import (
     simpletuner,
     smaller_shape,
 )
-from sweep.plan.verify import verify
+from sweep.plan.verify import timings, verdict, verify
 from sweep.report.advise import advise
 from tests.support.sweeps import FAST, query, run_sweep
 
@@ -151,13 +152,46 @@ def test_the_printed_run_line_measures_exactly_the_planned_cell(tmp_path):
 def test_measured_the_recommendation_fits_beside_the_docs_modes_that_fit(tmp_path, family, preset, budget_mib):
     outcome = make_plan(request(budget_mib, preset, family), None)
     assert outcome.recommended is not None and outcome.checked.fits(outcome.request.budget_bytes)
-    lines = verify(outcome, f"sqlite:///{tmp_path}/v.db", "verify", steps=3, warmup=1)
+    rounds = 2 if family == "synthetic" else 1  # a round is a run of its own: one case pays for the second
+    lines = verify(outcome, f"sqlite:///{tmp_path}/v.db", "verify", steps=3, warmup=1, rounds=rounds)
     text = "\n".join(lines)
     # Fitting is a fact of the tracked bytes; sec/step under other tests' load is not, so whether the
     # pick is faster than the docs modes (and the predicted order held) is measured by
     # scripts/bench_plan.py on an idle machine, and here only reported.
     assert text.count("(fits)") == 3 and "OVER the budget" not in text, text
     assert "against the fastest docs mode that fits" in text and "predicted order" in text, text
+    ran = query(tmp_path / "v.db", "select attempt, mode from cells order by id")  # a round: an attempt of each cell
+    orders = [[mode for attempt, mode in ran if attempt == round] for round in range(1, rounds + 1)]
+    assert orders[0][:3] == ["plan-1", "plan-2", "plan-3"] and orders[-1], orders
+    assert all(later == orders[0][::-1] for later in orders[1::2]), orders  # every other round reversed
+
+
+def _cell(seconds, iqr=0.0, status="ok", peak=1):
+    return SimpleNamespace(status=status, sec_per_step=seconds, iqr_s=iqr, peak_bytes=peak)
+
+
+def test_the_verdict_tells_schedules_apart_only_beyond_their_noise():
+    """A schedule's time is the median of its rounds and its noise their range (or its steps' IQR,
+    if wider); an order, and plan-1 against the docs, is called only beyond the noise."""
+    chosen = [SimpleNamespace(config=CheckpointConfig("torch", blocks=k), seconds=1.0, peak_bytes=1) for k in (1, 2)]
+    close = timings(
+        [{"plan-1": _cell(1.00), "plan-2": _cell(0.99), "layer": _cell(1.20)},
+         {"plan-1": _cell(1.04), "plan-2": _cell(1.01), "layer": _cell(1.22)},
+         {"plan-1": _cell(1.02), "plan-2": _cell(0.98), "layer": _cell(1.21)}]
+    )  # fmt: skip
+    assert close["plan-1"].seconds == 1.02 and close["plan-1"].noise == pytest.approx(0.04)
+    text = "\n".join(verdict(chosen, ["layer"], close, budget=2))
+    assert "median of 3 rounds" in text
+    assert "the predicted order held within the noise (measured plan-2, plan-1)" in text, text
+    assert "(layer): 0.843x its sec/step (beyond the noise)" in text, text
+    apart = timings([{"plan-1": _cell(1.0), "plan-2": _cell(0.5), "layer": _cell(1.01, iqr=0.05)}] * 2)
+    text = "\n".join(verdict(chosen, ["layer"], apart, budget=2))
+    assert "the predicted order did not hold: plan-2 before plan-1, beyond the noise" in text, text
+    assert "(layer): 0.990x its sec/step (within the noise)" in text, text  # the docs mode's steps spread 0.05 s
+    once = timings([{"plan-1": _cell(1.0), "plan-2": _cell(2.0)}])
+    assert "one round: the noise between runs is not measured" in "\n".join(verdict(chosen, [], once, budget=2))
+    failed = timings([{"plan-1": _cell(1.0), "plan-2": _cell(2.0)}, {"plan-1": _cell(None, status="oom")}])
+    assert failed["plan-1"].status == "oom" and failed["plan-2"].status == "not recorded"
 
 
 def test_plan_verb_prints_stores_and_draws(tmp_path, capsys):
