@@ -362,3 +362,26 @@ def test_where_nothing_fits_at_any_resolution_each_is_planned_once():
     assert len(Progress.announced) == 2, Progress.announced
     assert Progress.announced[0].endswith(": planning with the int8-torchao base")
     assert Progress.announced[1] == "nothing fits at 384x384 (576 tokens): planning at 256x256 (256 tokens)"
+
+
+def test_verify_measures_the_planned_cell_at_the_planned_shape(monkeypatch):
+    """A plan made at a smaller resolution is measured at that resolution, in the order asked."""
+    import subprocess
+
+    from sweep.plan import verify as plan_verify
+
+    seen = []
+
+    def recorded(command, **kwargs):
+        seen.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "stopped here")
+
+    monkeypatch.setattr(plan_verify.subprocess, "run", recorded)
+    smaller = replace(request(1.0, "tiny", "flux1"), shape={"height": 256, "width": 256})
+    with pytest.raises(RuntimeError, match="stopped here"):
+        plan_verify.measure(smaller, [], ["none", "layer"], "sqlite:///unused.db", "verify", 1, 0, reverse=True)
+    command = seen[0]
+    assert command[command.index("sweep=none") + 1 :][:6] == [
+        "family=flux1", "preset=tiny", "training=lora", "quantization=none", "+shape.height=256", "+shape.width=256",
+    ]  # fmt: skip
+    assert "mode=layer,none" in command
