@@ -7,7 +7,8 @@
 2. On this CPU: the planner's pick for a budget against the docs' modes that fit, and the Spearman
    rank correlation of predicted and measured sec/step over schedules spread across the frontier,
    with the assumed step-time model and with one fitted to the docs modes' cells; every cell is
-   measured in `--rounds` runs and its median taken.
+   measured in `--rounds` runs, the order reversed every other run, and its median taken. Models:
+   the synthetic block and two real classes (`--cpu`).
 
     python scripts/bench_plan.py --out reports/bench-plan.md
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +35,10 @@ from sweep.plan.verify import measure, timings
 from sweep.vocabulary import Status
 
 FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image", "flux1:dev:int8-torchao")
+# The synthetic block at the budget of earlier runs, and two real classes (Flux's two block lists,
+# Wan's one) at shapes whose CPU step takes a few tenths of a second: a tiny shape's step is its
+# Python overhead, which no FLOPs model predicts.
+CPU_CASES = ("synthetic:cpu-1024@60", "flux1:tiny:768x768", "wan:tiny:384x384x9")
 
 
 def plan_family(family: str, preset: str, quantization: str, vram_gib: float, workers: int) -> dict:
@@ -89,11 +95,29 @@ def spread(frontier: list[Candidate], count: int) -> list[Candidate]:
     return sorted(picked, key=lambda c: c.peak_bytes)
 
 
-def cpu_study(family: str, preset: str, budget_mib: float, frontier_cells: int, steps: int, rounds: int) -> dict:
-    """The pick for `budget_mib` against the fastest docs mode that fits, all measured on this CPU in
-    `rounds` runs, the order reversed every other run (NOTE [ Verdicts above the noise ])."""
-    request = Request(family, builtin_builder(family), preset, int(budget_mib * MIB), f"{budget_mib} MiB", device="cpu")
+def cpu_case(text: str) -> tuple[str, str, dict[str, int], float | None]:
+    """'family:preset[:HxW[xF]][@MiB]' -> family, preset, shape, budget (None: halfway)."""
+    text, _, budget = text.partition("@")
+    family, preset, *size = text.split(":")
+    shape = {}
+    if size:
+        numbers = [int(n) for n in size[0].split("x")]
+        shape = dict(zip(("height", "width", "frames"), numbers))
+    return family, preset, shape, float(budget) if budget else None
+
+
+def cpu_study(case: str, frontier_cells: int, steps: int, rounds: int) -> dict:
+    """The pick for a budget against the fastest docs mode that fits, all measured on this CPU in
+    `rounds` runs, the order reversed every other run (NOTE [ Verdicts above the noise ]). Without a
+    budget in `case`, it is halfway between no checkpointing's predicted peak and the smallest's, as
+    in the issue's own model: some docs modes fit, some do not."""
+    family, preset, shape, budget_mib = cpu_case(case)
+    request = Request(family, builtin_builder(family), preset, 2**50, "any", device="cpu", shape=shape)
     outcome = make_plan(request, None)
+    if budget_mib is None:
+        none = next(c for c in outcome.plan.candidates if not c.config.checkpoints)
+        budget_mib = round((none.peak_bytes + outcome.plan.smallest().peak_bytes) / 2 / MIB, 1)
+    request = replace(request, card_bytes=int(budget_mib * MIB), card=f"{budget_mib} MiB")
     fitting = outcome.plan.fitting(request.budget_bytes)
     front = spread(outcome.plan.frontier(), frontier_cells)
     chosen = [fitting[0], *[c for c in front if c is not fitting[0]]]
@@ -129,6 +153,7 @@ def cpu_study(family: str, preset: str, budget_mib: float, frontier_cells: int, 
     return {
         "family": family,
         "preset": preset,
+        "shape": "x".join(str(v) for v in shape.values()) or "preset's",
         "budget_mib": budget_mib,
         "pick": pick["schedule"],
         "pick_s": pick["measured_s"],
@@ -148,7 +173,7 @@ def cpu_study(family: str, preset: str, budget_mib: float, frontier_cells: int, 
     }
 
 
-def markdown(families: list[dict], cpu: dict | None) -> str:
+def markdown(families: list[dict], cpu: list[dict]) -> str:
     lines = [
         "# Planner benchmark",
         "",
@@ -172,11 +197,20 @@ def markdown(families: list[dict], cpu: dict | None) -> str:
             lines.append(f"| {f['family']} | {c['schedule']} | {c['estimate_gib']:.3f} | {c['full_gib']:.3f} | "
                          f"{c['error']:+.2%} | {c['flops_error']:+.2%} |")  # fmt: skip
     if cpu:
-        lines += ["", f"CPU, synthetic {cpu['preset']}, budget {cpu['budget_mib']} MiB: the pick ({cpu['pick']}) measured "
-                  f"{cpu['pick_s']:.4f} s/step at {cpu['pick_peak_mib']:.2f} MiB; the fastest docs mode that fits "
-                  f"({cpu['best_docs']}) {cpu['best_docs_s']:.4f} s/step: ratio {cpu['ratio']:.3f}. Spearman over "
-                  f"{cpu['frontier_measured']} measured schedules spread over the frontier (median of {cpu['rounds']} runs of {cpu['steps']} steps each): {cpu['spearman_assumed']:.3f} (assumed "
-                  f"step-time model), {cpu['spearman_calibrated']:.3f} (fitted to the docs modes' cells)."]  # fmt: skip
+        lines += ["", "On this CPU: the pick for a budget against the fastest docs mode that fits, each schedule measured "
+                  "in rounds, the order reversed every other round (NOTE [ Verdicts above the noise ] in "
+                  "sweep/plan/verify.py); Spearman: predicted against measured sec/step over schedules spread along "
+                  "the frontier, with the assumed step-time model and with one fitted to the docs modes' cells.", "",
+                  "| model | shape | budget MiB | pick | pick s/step (noise) | fastest docs mode that fits | its s/step (noise) | pick / docs | apart | Spearman assumed / fitted | rounds x steps |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for c in cpu:
+            ratio = f"{c['ratio']:.3f}" if c["ratio"] else "-"
+            apart = {True: "beyond the noise", False: "within the noise", None: "-"}[c["apart"]]
+            fitted = f"{c['spearman_calibrated']:.2f}" if c["spearman_calibrated"] is not None else "-"
+            docs = f"{c['best_docs_s']:.4f} ({c['best_docs_noise_s']:.4f})" if c["best_docs"] else "-"
+            lines.append(f"| {c['family']} {c['preset']} | {c['shape']} | {c['budget_mib']} | {c['pick']} | "
+                         f"{c['pick_s']:.4f} ({c['pick_noise_s']:.4f}) | {c['best_docs'] or 'none fits'} | {docs} | "
+                         f"{ratio} | {apart} | {c['spearman_assumed']:.2f} / {fitted} | {c['rounds']} x {c['steps']} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -185,8 +219,9 @@ def main() -> None:
     parser.add_argument("--families", nargs="*", default=list(FAMILIES), help="family:preset ...")
     parser.add_argument("--vram", type=float, default=24, help="card GiB for the recommendation")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--cpu-preset", default="cpu-1024")
-    parser.add_argument("--cpu-budget-mib", type=float, default=60)
+    parser.add_argument(
+        "--cpu", nargs="*", default=list(CPU_CASES), help="family:preset[:HxW[xF]][@MiB] measured on this CPU"
+    )
     parser.add_argument("--frontier-cells", type=int, default=7, help="frontier schedules measured, spread in time")
     parser.add_argument("--steps", type=int, default=15, help="timed steps per measured cell")
     parser.add_argument("--rounds", type=int, default=3, help="measured runs of every cell; each cell's median")
@@ -198,13 +233,10 @@ def main() -> None:
         family, preset, quantization = (entry.split(":") + ["none"])[:3]
         families.append(plan_family(family, preset, quantization, options.vram, options.workers))
         print(json.dumps(families[-1], default=str), flush=True)
-    cpu = None
-    if not options.no_cpu:
-        cpu = cpu_study(
-            options.cpu_preset, options.cpu_budget_mib, options.frontier_cells, options.steps, options.rounds
-        )
-    if cpu:
-        print(json.dumps({k: v for k, v in cpu.items() if k != "rows"}, default=str), flush=True)
+    cpu = []
+    for case in [] if options.no_cpu else options.cpu:
+        cpu.append(cpu_study(case, options.frontier_cells, options.steps, options.rounds))
+        print(json.dumps({k: v for k, v in cpu[-1].items() if k != "rows"}, default=str), flush=True)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(markdown(families, cpu))
     options.out.with_suffix(".json").write_text(json.dumps({"families": families, "cpu": cpu}, indent=1, default=str))
