@@ -137,7 +137,8 @@ def verdict(chosen: list[Candidate], docs: list[str], measured: dict[str, Timing
     names = [f"plan-{rank}" for rank in range(1, len(chosen) + 1)]
     ok = {name: timing for name, timing in measured.items() if timing.status == Status.OK}
     rounds = max((timing.rounds for timing in ok.values()), default=0)
-    lines = [f"verify (measured, median of {rounds} round{'s' if rounds != 1 else ''}, order reversed every other):"]
+    plural = "s" if rounds != 1 else ""
+    lines = [f"verify (measured, median of {rounds} round{plural}, the order reversed every other round):"]
     for name, candidate in zip(names, chosen):
         timing = measured.get(name)
         if name not in ok:
