@@ -30,13 +30,13 @@ _EXPORTS = {
     "plan_lists": "plan",
     "HostPool": "pool",
     "PoolStats": "pool",
-    "available_host_bytes": "pool",
+    "available_host_bytes": "host",
     "FIRST_ARG": "spec",
     "BlockSpec": "spec",
     "CallConvention": "spec",
     "SpecError": "spec",
     "UnsupportedModeError": "spec",
-    "TRAINING_MODES": "workload",
+    "TRAINING_MODES": "names",
     "Workload": "workload",
 }
 __all__ = sorted(_EXPORTS)

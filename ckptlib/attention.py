@@ -23,17 +23,13 @@ from torch.utils._pytree import tree_map
 
 from .compile import Compiler
 from .config import CheckpointConfig
+from .names import ATTENTION_BACKENDS, ATTENTION_KERNELS
 from .quantize import is_quantized
 from .spec import UnsupportedModeError
 from .workload import Workload
 
-KERNELS = {
-    "math": SDPBackend.MATH,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-}
-BACKENDS = ("auto", *KERNELS)
+KERNELS = {name: getattr(SDPBackend, member) for name, member in ATTENTION_KERNELS.items()}
+BACKENDS = ATTENTION_BACKENDS
 
 # The fused kernels' aten ops. The math backend is a composite: it decomposes into matmuls and a
 # softmax, so an SDPA call that reached no fused op ran the math backend.

@@ -22,10 +22,11 @@ from torch.utils.checkpoint import checkpoint
 
 from .compile import NO_COMPILE, Compiler, wrapped_submodules
 from .config import CheckpointConfig
+from .host import available_host_bytes
 from .memory import storage_id
 from .offload import Offloader
 from .plan import BlockPlan, plan_lists
-from .pool import HostPool, available_host_bytes
+from .pool import HostPool
 from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
 
 

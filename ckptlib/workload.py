@@ -9,10 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .names import TRAINING_MODES
 from .quantize import quantize_base
 from .spec import BlockSpec, SpecError, UnsupportedModeError
-
-TRAINING_MODES = ("lora", "frozen", "full")
 
 
 @dataclass

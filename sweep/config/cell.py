@@ -81,7 +81,7 @@ class Cell:
     shape: dict[str, Any] = setting(config="shape", factory=dict)  # overrides of the preset's shape
     # auto: bf16 on accelerators, fp32 on CPU
     dtype: str = setting("auto", config="dtype", label="{}", group="run", since=1)
-    # the SDPA kernel (ckptlib.attention.BACKENDS)
+    # the SDPA kernel (ckptlib.names.ATTENTION_BACKENDS)
     attention: str = setting("auto", config="attention", label="{} attention", group="run", since=4)
     # what torch.compile compiles (ckptlib.compile.COMPILE_MODES)
     compile: str = setting("none", config="compile", label="compile {}", group="run", since=5)

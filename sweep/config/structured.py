@@ -18,11 +18,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from ckptlib import MODES, CheckpointConfig
-from ckptlib.attention import BACKENDS as ATTENTION_BACKENDS
 from ckptlib.compile import COMPILE_MODES
 from ckptlib.modes import SYNTHETIC_MODES
+from ckptlib.names import ATTENTION_BACKENDS, TRAINING_MODES
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
-from ckptlib.workload import TRAINING_MODES
 from sweep.machine import gpus
 
 from .cell import DTYPES, default

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ckptlib import HostPool
-from ckptlib.pool import available_host_bytes
+from ckptlib.host import available_host_bytes
 
 
 def test_buffers_are_reused_per_numel_and_dtype():

@@ -137,6 +137,8 @@ def test_the_verbs_that_read_results_import_no_torch():
     advise = ["advise", "--family", "synthetic", "--preset", "docs-large", "--card", "RTX 4090", "--db", db]
     script = (
         "import sys\nfrom sweep import cli\n"
+        "from ckptlib import TRAINING_MODES, available_host_bytes\n"
+        "from ckptlib.names import ATTENTION_BACKENDS\n"
         f"for verb in ({advise!r}, ['runs', '--db', {db!r}]):\n"
         "    try:\n        cli.main(verb)\n    except SystemExit:\n        pass\n"
         "print(sorted(m for m in ('torch', 'peft', 'diffusers') if m in sys.modules))\n"
