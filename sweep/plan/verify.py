@@ -68,13 +68,13 @@ def verify(
     return verdict(chosen, docs, timings(measured), budget)
 
 
-def timings(rounds: list[dict[str, object]]) -> dict[str, Timing]:
+def timings(measured_rounds: list[dict[str, object]]) -> dict[str, Timing]:
     """Each name's cells over the rounds -> its Timing (NOTE [ Verdicts above the noise ]); a name
     not ok in every round keeps the status of its first round that was not."""
-    names = dict.fromkeys(name for measured in rounds for name in measured)
+    names = dict.fromkeys(name for measured in measured_rounds for name in measured)
     result = {}
     for name in names:
-        rows = [measured.get(name) for measured in rounds]
+        rows = [measured.get(name) for measured in measured_rounds]
         failed = [getattr(row, "status", "not recorded") for row in rows if getattr(row, "status", None) != Status.OK]
         if failed:
             result[name] = Timing(failed[0])
