@@ -29,7 +29,6 @@ from .spec import UnsupportedModeError
 from .workload import Workload
 
 KERNELS = {name: getattr(SDPBackend, member) for name, member in ATTENTION_KERNELS.items()}
-BACKENDS = ATTENTION_BACKENDS
 
 # The fused kernels' aten ops. The math backend is a composite: it decomposes into matmuls and a
 # softmax, so an SDPA call that reached no fused op ran the math backend.
@@ -45,8 +44,8 @@ NO_KERNEL = ("No available kernel", "No viable backend")  # torch's refusals of 
 
 
 def check_backend(name: str) -> None:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; valid: {', '.join(BACKENDS)}")
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; valid: {', '.join(ATTENTION_BACKENDS)}")
 
 
 @contextlib.contextmanager
