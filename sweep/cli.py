@@ -278,7 +278,7 @@ def advise_verb(args: list[str]) -> None:
 
 
 def plan_verb(args: list[str]) -> None:
-    from sweep.plan.verify import ROUNDS, STEPS, verify
+    from sweep.plan import VERIFY_ROUNDS, VERIFY_STEPS
 
     parser = _parser("plan", "The fastest checkpointing schedule that fits a card, found by prediction.")
     parser.add_argument("--family", required=True, help="a ckptlib family, synthetic, or your own with --builder")
@@ -294,13 +294,16 @@ def plan_verb(args: list[str]) -> None:
     parser.add_argument("--link", default="pcie5", help="host link: pcie4, pcie5 (default), nvlink-c2c")
     parser.add_argument("--hardware", help="calibrate step times on this family's cells measured on this label")
     parser.add_argument("--verify", action="store_true", help="measure the top 3 and the fitting docs modes")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="--verify: runs of every schedule, order alternated")
-    parser.add_argument("--steps", type=int, default=STEPS, help="--verify: timed steps per cell and round")
+    parser.add_argument(
+        "--rounds", type=int, default=VERIFY_ROUNDS, help="--verify: runs of every schedule, order alternated"
+    )
+    parser.add_argument("--steps", type=int, default=VERIFY_STEPS, help="--verify: timed steps per cell and round")
     parser.add_argument("--out", default="reports", help="folder for the frontier's PNG (default reports/)")
     options = parser.parse_args(args)
     from ckptlib.units import format_bytes
     from sweep.config.builders import BuilderError, builder_default_preset, import_builder
     from sweep.plan.planning import Request, check_quantization, make_plan, plot_name, store
+    from sweep.plan.verify import verify
     from sweep.report.plots import plan_plot
 
     try:

@@ -16,6 +16,7 @@ from ckptlib.quantize import inherited_environment
 from ckptlib.units import format_bytes
 from sweep.vocabulary import Provenance, Status
 
+from . import VERIFY_ROUNDS, VERIFY_STEPS
 from .planning import SCHEDULE_FIELDS, PlanResult, Request, cell_overrides, recorded_schedule, schedule_key
 
 # NOTE [ Verdicts above the noise ]: on a CPU, and on a shared GPU host, two schedules' step
@@ -25,8 +26,6 @@ from .planning import SCHEDULE_FIELDS, PlanResult, Request, cell_overrides, reco
 # its noise the wider of its rounds' range and its steps' interquartile range. Two schedules are
 # told apart only when their times differ by more than the larger of their noises; otherwise the
 # verdict says they are within the noise.
-ROUNDS = 3
-STEPS = 10
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,12 @@ def top(outcome: PlanResult, count: int = 3) -> list[Candidate]:
 
 
 def verify(
-    outcome: PlanResult, db_url: str, run_name: str, steps: int = STEPS, warmup: int = 2, rounds: int = ROUNDS
+    outcome: PlanResult,
+    db_url: str,
+    run_name: str,
+    steps: int = VERIFY_STEPS,
+    warmup: int = 2,
+    rounds: int = VERIFY_ROUNDS,
 ) -> list[str]:
     """Measure the top three fitting schedules and the docs' modes predicted to fit, as cells of
     one run per round, and say whether the predicted order held above the noise."""

@@ -127,7 +127,8 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
 
 
 def test_the_verbs_that_read_results_import_no_torch():
-    """advise and runs read the database and print: torch (2 s of imports) is not theirs to load.
+    """advise and runs read the database and print, and plan's help lists its options: torch (2 s of
+    imports) is not theirs to load.
     ckptlib's names are imported on first use; its units, configs, modes, quantization registry and
     device models, and sweep's cell fields, import no torch."""
     import subprocess
@@ -139,7 +140,7 @@ def test_the_verbs_that_read_results_import_no_torch():
         "import sys\nfrom sweep import cli\n"
         "from ckptlib import TRAINING_MODES, available_host_bytes\n"
         "from ckptlib.names import ATTENTION_BACKENDS\n"
-        f"for verb in ({advise!r}, ['runs', '--db', {db!r}]):\n"
+        f"for verb in ({advise!r}, ['runs', '--db', {db!r}], ['plan', '--help']):\n"
         "    try:\n        cli.main(verb)\n    except SystemExit:\n        pass\n"
         "print(sorted(m for m in ('torch', 'peft', 'diffusers') if m in sys.modules))\n"
     )
