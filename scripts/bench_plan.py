@@ -31,7 +31,7 @@ from ckptlib.units import GIB, MIB
 from sweep.config.builders import import_builder
 from sweep.config.structured import builtin_builder
 from sweep.plan.planning import Request, assumed_throughput, make_plan, schedule_key
-from sweep.plan.verify import measure, timings
+from sweep.plan.verify import docs_modes_beside, measure_rounds
 from sweep.vocabulary import Status
 
 FAMILIES = ("flux1:dev", "wan:t2v-14b", "qwen-image:qwen-image", "flux1:dev:int8-torchao")
@@ -121,17 +121,9 @@ def cpu_study(case: str, frontier_cells: int, steps: int, rounds: int) -> dict:
     fitting = outcome.plan.fitting(request.budget_bytes)
     front = spread(outcome.plan.frontier(), frontier_cells)
     chosen = [fitting[0], *[c for c in front if c is not fitting[0]]]
-    fit_keys = {schedule_key(c.config) for c in fitting}
-    chosen_keys = {schedule_key(c.config) for c in chosen}
-    docs = [n for n, config in MODES.items() if schedule_key(config) in fit_keys - chosen_keys]
+    docs = docs_modes_beside(fitting, chosen)
     with tempfile.TemporaryDirectory() as folder:
-        db = f"sqlite:///{folder}/bench.db"
-        measured = timings(
-            [
-                measure(request, chosen, docs, db, "bench-plan", steps, warmup=3, reverse=bool(r % 2))
-                for r in range(rounds)
-            ]
-        )
+        measured = measure_rounds(request, chosen, docs, f"sqlite:///{folder}/bench.db", "bench-plan", steps, 3, rounds)
     ok = {name: timing for name, timing in measured.items() if timing.status == Status.OK}
     rows = []
     for rank, candidate in enumerate(chosen, 1):

@@ -58,18 +58,37 @@ def verify(
     one run per round, and say whether the predicted order held above the noise."""
     chosen = top(outcome)
     budget = outcome.request.budget_bytes
-    fitting = {schedule_key(c.config) for c in outcome.plan.fitting(budget)}
-    planned = {schedule_key(c.config) for c in chosen}
-    # a docs mode with a planned schedule is the same cell: measured once, under its plan-N name
-    docs = [n for n, config in MODES.items() if schedule_key(config) in fitting - planned]
+    docs = docs_modes_beside(outcome.plan.fitting(budget), chosen)
     try:
-        measured = [
-            measure(outcome.request, chosen, docs, db_url, run_name, steps, warmup, reverse=bool(r % 2))
-            for r in range(rounds)
-        ]
+        measured = measure_rounds(outcome.request, chosen, docs, db_url, run_name, steps, warmup, rounds)
     except RuntimeError as error:
         return [f"verify: {error}"]
-    return verdict(chosen, docs, timings(measured), budget)
+    return verdict(chosen, docs, measured, budget)
+
+
+def docs_modes_beside(fitting: list[Candidate], chosen: list[Candidate]) -> list[str]:
+    """The docs' modes among the fitting schedules, less those chosen: a docs mode with a chosen
+    schedule is the same cell, measured once under its plan-N name."""
+    keys = {schedule_key(c.config) for c in fitting} - {schedule_key(c.config) for c in chosen}
+    return [name for name, config in MODES.items() if schedule_key(config) in keys]
+
+
+def measure_rounds(
+    request: Request,
+    candidates: list[Candidate],
+    docs: list[str],
+    db_url: str,
+    run_name: str,
+    steps: int,
+    warmup: int,
+    rounds: int,
+) -> dict[str, Timing]:
+    """Every schedule measured in `rounds` runs, the order reversed every other run (NOTE [ Verdicts
+    above the noise ])."""
+    measured = [
+        measure(request, candidates, docs, db_url, run_name, steps, warmup, reverse=bool(r % 2)) for r in range(rounds)
+    ]
+    return timings(measured)
 
 
 def timings(measured_rounds: list[dict[str, object]]) -> dict[str, Timing]:
