@@ -213,7 +213,7 @@ def harness(target: Target, out: Path) -> CheckResult:
 
 def oom(target: Target, out: Path) -> CheckResult:
     device = target.device
-    preset, huge = ("cpu-256", 2**22) if target.tiny else ("docs-packed-4096", 512)
+    preset, huge = ("tiny", 2**26) if target.tiny else ("docs-packed-4096", 512)
     expected = Status.OOM if target.cuda else Status.HOST_OOM
     returncode = sweep_cli(
         out,
@@ -252,7 +252,7 @@ def quantization(target: Target, out: Path) -> CheckResult:
     from sweep.machine import gpus
 
     device = target.device
-    preset = "cpu-256" if target.tiny else "docs-packed-1024"
+    preset = "tiny-wide" if target.tiny else "docs-packed-1024"
     returncode = sweep_cli(
         out,
         "sweep=none",

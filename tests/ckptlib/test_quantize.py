@@ -14,7 +14,7 @@ CUDA_ONLY = [name for name, q in QUANTIZATIONS.items() if q.needs_cuda]
 
 
 def trained(quantization):
-    work = synthetic.build("cpu-256", training="lora", dtype=torch.bfloat16, quantization=quantization)
+    work = synthetic.build("tiny-wide", training="lora", dtype=torch.bfloat16, quantization=quantization)
     work.optimizer = None  # keep the gradients to look at
     ckptlib.apply(work.model, ckptlib.CheckpointConfig("torch"), work.spec)
     return work, work.step()
@@ -22,7 +22,7 @@ def trained(quantization):
 
 @pytest.fixture(scope="module")
 def bf16_bytes():
-    return base_weight_bytes(synthetic.build("cpu-256", dtype=torch.bfloat16).model)
+    return base_weight_bytes(synthetic.build("tiny-wide", dtype=torch.bfloat16).model)
 
 
 @pytest.mark.parametrize("name", CPU_SCHEMES)
@@ -36,12 +36,12 @@ def test_int8_base_halves_the_weights_and_still_trains_lora(name, bf16_bytes):
 
 
 def test_none_leaves_the_base_in_bf16(bf16_bytes):
-    work = synthetic.build("cpu-256", dtype=torch.bfloat16)
+    work = synthetic.build("tiny-wide", dtype=torch.bfloat16)
     assert bf16_bytes == sum(p.numel() * 2 for n, p in work.model.named_parameters() if "lora_" not in n)
 
 
 def tracked_parameter_bytes(quantization):
-    work = synthetic.build("cpu-256", training="lora", dtype=torch.bfloat16, quantization=quantization)
+    work = synthetic.build("tiny-wide", training="lora", dtype=torch.bfloat16, quantization=quantization)
     return step_peak(work).peak_by_category["parameters"]
 
 
@@ -73,7 +73,7 @@ def test_a_quantized_base_is_predicted_as_it_measures(name, mode):
     from ckptlib.predict import predict
     from tests.ckptlib.test_predict import measured_peak
 
-    kwargs = {"preset": "cpu-256", "dtype": torch.bfloat16, "quantization": name}
+    kwargs = {"preset": "tiny-wide", "dtype": torch.bfloat16, "quantization": name}
     config = ckptlib.CheckpointConfig(mode)
     measured = measured_peak(synthetic.build, config, "lora", **kwargs)
     predicted = predict(synthetic.build, config, "cpu", training="lora", **kwargs)

@@ -26,7 +26,7 @@ CORE_ON_FAKE_CUDA = {
     "fork_server": ("ok", "child started with CUDA initialised=False, bad fork=False; allocated on cuda: True"),
     "offload": ("failed", "unsloth: nothing was pinned"),  # pinned host memory is CUDA's allocator's
     "harness": ("ok", "3 cells measured through ckpt-sweep run into results.db"),
-    "oom": ("failed", "statuses [(4194304, 'host-oom'), (1, 'ok')]"),  # CPU kernels exhaust the host, not the card
+    "oom": ("failed", "statuses [(67108864, 'host-oom'), (1, 'ok')]"),  # CPU kernels exhaust the host, not the card
     "quantization": ("failed", "fp8-torchao none: unsupported (fp8-torchao needs a CUDA GPU; this cell runs on cpu)"),
     "families": ("failed", "flux1 none: RuntimeError: Cannot get CUDA generator without ATen_cuda library"),
     "environment": ("ok", "label 'H100 80GB HBM3'; memory: torch 79.18 GiB (what CUDA can allocate), NVML 79.65 GiB"),
@@ -120,7 +120,7 @@ def test_on_a_cpu_the_cuda_checks_are_skipped_and_the_host_runs_out(tmp_path):
         "environment": "skipped",
     }
     assert found["environment"]["details"] == ["the hardware label and UUID checks need a CUDA device"]
-    assert found["oom"]["details"][0].startswith("batch 4194304: host-oom")
+    assert found["oom"]["details"][0].startswith("batch 67108864: host-oom")
     assert summary_rows(out)["harness"] == "not run yet"
 
 

@@ -29,7 +29,7 @@ def test_quantization_axis_through_the_sweep(tmp_path):
     done = run_sweep(
         db,
         "sweep=none",
-        "preset=cpu-256",
+        "preset=tiny-wide",
         "mode=none",
         "dtype=bf16",
         "measure.warmup_steps=0",
