@@ -288,7 +288,7 @@ def _copy_modules(module: torch.nn.Module, memo: dict[int, object]) -> torch.nn.
         elif isinstance(value, _IMMUTABLE):
             state[name] = value
         elif isinstance(value, (dict, list, set)) and not value:  # a module's hook tables, mostly
-            state[name] = copy.copy(value)
+            state[name] = value.copy()  # not copy.copy: an OrderedDict's goes through __reduce_ex__
         else:
             state[name] = copy.deepcopy(value, memo)
     clone.__dict__.update(state)

@@ -98,7 +98,8 @@ def predict(
     with attention, dropout, masks, mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", _autocast_on_meta):
         streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
-        work.settle()  # optimizer state and the lazily drawn target exist in every measured step
+        with CachedMetaOps():
+            work.settle()  # optimizer state and the lazily drawn target exist in every measured step
         _FUSED_ATTENTION_FLOPS[0] = 0
         tracked = ("meta", "cpu") if model.host_is_device else "meta"
         tracker = step_peak(work, tracked, round_to=model.allocator_round_bytes, tracker_type=StepCounter)
@@ -124,30 +125,29 @@ def predict(
 class MetaOpCache:
     """What an op returns on the meta device, by its inputs' metadata (NOTE [ Meta, not fake ]).
 
-    Only ops that mutate nothing and return fresh tensors are kept, and only when every tensor they
-    read and return is a plain meta tensor: their outputs are a function of the inputs' shapes,
-    strides, dtypes and offsets and of the other arguments, and `empty_strided` makes them again.
-    A schema without alias annotations is not enough: `_unsafe_view` returns its input's storage
-    unannotated, so an op seen to return an input's storage is never cached again; nor is an output
-    that would not be remade exactly (a storage larger than its layout needs, a nonzero offset)."""
+    Two kinds of op are kept, and only when every tensor they read and return is a plain meta
+    tensor. An op that mutates nothing and returns fresh tensors: its outputs are a function of the
+    inputs' shapes, strides, dtypes and offsets and of the other arguments, and `empty_strided`
+    makes them again. A schema without alias annotations is not enough: `_unsafe_view` returns its
+    input's storage unannotated, so an op seen to return an input's storage is never cached again;
+    nor is an output that would not be remade exactly (a storage larger than its layout needs, a
+    nonzero offset). And an op that writes its first argument in place and returns it (`add_`,
+    `mul_`: gradient accumulation, the optimizer's update): on meta it writes nothing, so the answer
+    is that argument, once the op was seen to leave its metadata as it was (not `resize_`).
+    Autograd's version counters are bumped above the dispatch modes, answered or not."""
 
     MAX_ENTRIES = 200_000  # about 100 MB; a plan of one family holds a few thousand
 
     def __init__(self):
         self._entries: dict[tuple, tuple] = {}
-        self._functional: dict[object, bool] = {}
+        self._kinds: dict[object, str | None] = {}
         self.hits = self.misses = 0
 
     def key(self, func, args, kwargs) -> tuple | None:
-        functional = self._functional.get(func)
-        if functional is None:
-            schema = func._schema
-            functional = self._functional[func] = bool(
-                schema.returns
-                and not schema.is_mutable
-                and all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns)
-            )
-        if not functional:
+        kind = self._kinds.get(func, ...)
+        if kind is ...:
+            kind = self._kinds[func] = _kind(func)
+        if kind is None:
             return None
         try:
             # a factory op given no dtype reads the default one
@@ -157,24 +157,33 @@ class MetaOpCache:
             return None
         return key
 
-    def lookup(self, key: tuple):
+    def lookup(self, key: tuple, args: tuple):
+        """(the op's result, its FLOPs), or None where the cache has not seen it."""
         entry = self._entries.get(key)
         if entry is None:
             self.misses += 1
             return None
         self.hits += 1
         layouts, flops, as_tuple = entry
+        if layouts is _IN_PLACE:
+            return (args[0] if as_tuple else None), flops
         outs = tuple(
             None if layout is None else torch.empty_strided(layout[0], layout[1], dtype=layout[2], device="meta")
             for layout in layouts
         )
         return (outs if as_tuple else outs[0]), flops
 
-    def store(self, key: tuple, args, out, flops: int) -> None:
+    def store(self, key: tuple, args: tuple, kwargs: dict, out, flops: int) -> None:
+        if self._kinds[key[0]] == _IN_PLACE:  # as_tuple: whether it returns its first argument
+            if (out is args[0] or out is None) and _metadata(args[0]) == key[2][0]:
+                self._keep(key, (_IN_PLACE, flops, out is not None))
+            else:
+                self._kinds[key[0]] = None
+            return
         outs = out if isinstance(out, tuple) else (out,)
-        inputs = {storage_id(t) for t in tensors_in(args, [])}
+        inputs = {storage_id(t) for t in tensors_in((args, tuple(kwargs.values())), [])}
         if any(isinstance(o, torch.Tensor) and storage_id(o) in inputs for o in outs):
-            self._functional[key[0]] = False
+            self._kinds[key[0]] = None
             return
         layouts = []
         for o in outs:
@@ -187,9 +196,35 @@ class MetaOpCache:
             if remade.untyped_storage().nbytes() != o.untyped_storage().nbytes():
                 return
             layouts.append((o.shape, o.stride(), o.dtype))
+        self._keep(key, (tuple(layouts), flops, isinstance(out, tuple)))
+
+    def _keep(self, key: tuple, entry: tuple) -> None:
         if len(self._entries) >= self.MAX_ENTRIES:
             self._entries.clear()
-        self._entries[key] = (tuple(layouts), flops, isinstance(out, tuple))
+        self._entries[key] = entry
+
+
+_FRESH, _IN_PLACE = "fresh", "in place"
+
+
+def _kind(func) -> str | None:
+    """Which kind of op MetaOpCache may answer `func` as, if any: one that returns fresh tensors, or
+    one that writes its first argument's data only (not its layout or storage, as `t_`, `set_` and
+    `resize_` do) and returns it (`add_`) or nothing (the foreach optimizer's `_foreach_mul_`)."""
+    schema = func._schema
+    returns, arguments = schema.returns, schema.arguments
+    if returns and not schema.is_mutable:
+        return _FRESH if all(r.alias_info is None and str(r.type) == "Tensor" for r in returns) else None
+    written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+    if not arguments or written != [arguments[0].name] or torch.Tag.inplace_view in func.tags:
+        return None
+    if not returns or (
+        len(returns) == 1
+        and returns[0].alias_info is not None
+        and returns[0].alias_info.before_set == arguments[0].alias_info.before_set
+    ):
+        return _IN_PLACE
+    return None
 
 
 class _NotCacheable(Exception):
@@ -206,8 +241,42 @@ def _metadata(value):
     return value
 
 
+def _flops(func, args, kwargs, out) -> int:
+    """The op's FLOPs where torch has a formula for it (matmuls, convolutions, attention)."""
+    formula = flop_registry.get(func._overloadpacket)
+    return 0 if formula is None else formula(*args, **kwargs, out_val=out)
+
+
 # One for the process: a plan's predictions repeat the same blocks at other depths.
 META_OPS = MetaOpCache()
+# A prediction compiles nothing, so its dispatch modes need not be wrapped in torch._disable_dynamo,
+# whose wrapper costs more than a cached op (TorchDispatchMode._should_skip_dynamo).
+_COMPILES_NOTHING = False
+
+
+class CachedMetaOps(TorchDispatchMode):
+    """Meta ops answered from `cache` where it has seen them, nothing tracked: the work before a
+    prediction's tracked step (`Workload.settle`: a forward for the target and the optimizer's
+    first step, which repeat in every prediction of a plan)."""
+
+    def __init__(self, cache: MetaOpCache = META_OPS):
+        super().__init__()
+        self.cache = cache
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return _COMPILES_NOTHING
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        key = self.cache.key(func, args, kwargs)
+        known = None if key is None else self.cache.lookup(key, args)
+        if known is not None:
+            return known[0]
+        out = func(*args, **kwargs)
+        if key is not None:
+            self.cache.store(key, args, kwargs, out, _flops(func, args, kwargs, out))
+        return out
 
 
 class StepCounter(LiveTensorTracker):
@@ -222,12 +291,16 @@ class StepCounter(LiveTensorTracker):
         self.flops = 0
         self.cache = cache
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return _COMPILES_NOTHING
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         key = None if self.cache is None else self.cache.key(func, args, kwargs)
         if key is None:
             return super().__torch_dispatch__(func, types, args, kwargs)
-        known = self.cache.lookup(key)
+        known = self.cache.lookup(key, args)
         if known is not None:
             out, flops = known
             LiveTensorTracker.observe(self, func, args, kwargs, out)
@@ -236,14 +309,12 @@ class StepCounter(LiveTensorTracker):
         before = self.flops
         out = func(*args, **kwargs)
         self.observe(func, args, kwargs, out)
-        self.cache.store(key, (args, tuple(kwargs.values())), out, self.flops - before)
+        self.cache.store(key, args, kwargs, out, self.flops - before)
         return out
 
     def observe(self, func, args, kwargs, out) -> None:
         super().observe(func, args, kwargs, out)
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            self.flops += formula(*args, **kwargs, out_val=out)
+        self.flops += _flops(func, args, kwargs, out)
 
 
 class MasksOnMeta(TorchDispatchMode):
