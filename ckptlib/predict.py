@@ -165,7 +165,7 @@ class MetaOpCache:
             return None
         self.hits += 1
         layouts, flops, as_tuple = entry
-        if layouts is _IN_PLACE:
+        if layouts is _IN_PLACE:  # as_tuple: whether it returns its first argument
             return (args[0] if as_tuple else None), flops
         outs = tuple(
             None if layout is None else torch.empty_strided(layout[0], layout[1], dtype=layout[2], device="meta")
@@ -174,7 +174,7 @@ class MetaOpCache:
         return (outs if as_tuple else outs[0]), flops
 
     def store(self, key: tuple, args: tuple, kwargs: dict, out, flops: int) -> None:
-        if self._kinds[key[0]] == _IN_PLACE:  # as_tuple: whether it returns its first argument
+        if self._kinds[key[0]] == _IN_PLACE:
             if (out is args[0] or out is None) and _metadata(args[0]) == key[2][0]:
                 self._keep(key, (_IN_PLACE, flops, out is not None))
             else:
@@ -209,8 +209,8 @@ _FRESH, _IN_PLACE = "fresh", "in place"
 
 def _kind(func) -> str | None:
     """Which kind of op MetaOpCache may answer `func` as, if any: one that returns fresh tensors, or
-    one that writes its first argument's data only (not its layout or storage, as `t_`, `set_` and
-    `resize_` do) and returns it (`add_`) or nothing (the foreach optimizer's `_foreach_mul_`)."""
+    one that writes the data of its first argument and returns it (`add_`) or nothing (a foreach
+    op's list: `_foreach_mul_`), not its layout or storage (`t_`, `set_`, `resize_`)."""
     schema = func._schema
     returns, arguments = schema.returns, schema.arguments
     if returns and not schema.is_mutable:
@@ -218,11 +218,8 @@ def _kind(func) -> str | None:
     written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
     if not arguments or written != [arguments[0].name] or torch.Tag.inplace_view in func.tags:
         return None
-    if not returns or (
-        len(returns) == 1
-        and returns[0].alias_info is not None
-        and returns[0].alias_info.before_set == arguments[0].alias_info.before_set
-    ):
+    first = arguments[0].alias_info.before_set
+    if not returns or (len(returns) == 1 and returns[0].alias_info and returns[0].alias_info.before_set == first):
         return _IN_PLACE
     return None
 

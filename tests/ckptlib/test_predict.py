@@ -226,6 +226,24 @@ def test_an_op_that_returns_its_inputs_storage_is_never_answered_from_the_cache(
     assert cache.hits == 1 and storage_id(sums[0]) != storage_id(sums[1])  # the add was answered, afresh
 
 
+def test_an_in_place_op_is_answered_with_its_first_argument_and_one_that_moves_a_layout_never():
+    """`add_` writes data only: answered with its first argument (its version counter still moves:
+    autograd bumps it above the cache); a foreach op (`_foreach_mul_`) with nothing, as its kernel
+    returns. `t_` changes its argument's layout: it always runs."""
+    from ckptlib.predict import MetaOpCache, StepCounter
+
+    cache = MetaOpCache()
+    x, y = torch.empty(4, 6, device="meta"), torch.empty(4, 6, device="meta")
+    wide = [torch.empty(2, 3, device="meta") for _ in range(2)]
+    with StepCounter("meta", cache=cache):
+        added = [x.add_(y) for _ in range(2)]
+        assert cache.hits == 1 and all(a is x for a in added) and x._version == 2
+        scaled = [torch._foreach_mul_([x, y], 2.0) for _ in range(2)]
+        assert cache.hits == 2 and all(s[0] is x for s in scaled)
+        turned = [w.t_() for w in wide]
+    assert cache.hits == 2 and [t.shape for t in turned] == [(3, 2), (3, 2)]
+
+
 def test_the_cpu_device_model_runs_the_attention_kernel_the_cpu_picks():
     """On meta, SDPA decomposes into its math path (a score matrix saved); the cpu device model
     runs the CPU's flash kernel where the CPU picks it, so the prediction's attention saves what
