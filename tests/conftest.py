@@ -10,6 +10,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # imported here and inherited by every sweep, fork server and cell a test starts: the families'
 # gradient tests take 34 s instead of 144 s. A test about threads sets its own (test_planner.py).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Inductor's CPU kernels as plain C++ loops, not AVX vector code: each kernel's g++ compile is cheaper
+# (a cold Flux.1 regional compile in this suite 86 s -> 70 s on 2 cores), and what the compile tests
+# check (gradients against eager, the plan's counters) does not depend on the kernels' vector width.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 # The test builders (tests/support) are importable in this process, its fork server and its cells,
 # as a user's own builder is from the folder they run in.
 SUPPORT = str(Path(__file__).resolve().parent / "support")
@@ -31,11 +35,14 @@ def fork_server_for_every_family():
 
 
 def pytest_collection_modifyitems(items):
-    """Each test is marked with its layer, the folder it lives in."""
+    """Each test is marked with its layer, the folder it lives in; the `long` tests run first (with
+    pyproject's --maxschedchunk=1 each worker takes the next test as it frees up), so that no
+    worker ends the suite alone on one of them while the others wait."""
     for item in items:
         layer = Path(str(item.fspath)).parent.name
         if layer in LAYERS:
             item.add_marker(getattr(pytest.mark, layer))
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: file order otherwise
 
 
 @pytest.fixture

@@ -77,6 +77,7 @@ FULL_CASES = ["none", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offloa
 CASES = [(mode, "regional") for mode in SYNTHETIC_CASES] + [(mode, "full") for mode in FULL_CASES]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode, compile", CASES)
 def test_synthetic_compiled_step_matches_eager(mode, compile):
     assert_compiled_matches_eager(synthetic.build, "tiny", SYNTHETIC_CASES[mode], compile)
@@ -86,6 +87,7 @@ def flux1(preset, **kwargs):
     return build("flux1", preset, **kwargs)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"])
 def test_flux_compiled_step_matches_eager(mode):
     """A real family's two block lists under regional compilation, one schedule of each backend."""

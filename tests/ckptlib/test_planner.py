@@ -68,6 +68,7 @@ EXTRAPOLATED = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name, device, patterns", EXTRAPOLATED)
 def test_extrapolated_whole_list_schedules_equal_their_full_prediction(name, device, patterns):
     predictor = ShallowPredictor(BUILDS[name], device, training="lora")
@@ -107,6 +108,7 @@ def synthetic_search() -> tuple[ShallowPredictor, ScheduleSearch]:
     return predictor, plan_schedules(predictor, CPU_MODEL)
 
 
+@pytest.mark.long
 def test_every_cut_of_a_list_is_within_two_percent_of_its_full_prediction():
     predictor, plan = synthetic_search()
     patterns = {"torch", "torch interval 2, attention offload", "unsloth-ffn"}
@@ -204,6 +206,7 @@ print(json.dumps({describe: c.peak_bytes for c in plan.candidates for describe i
 """
 
 
+@pytest.mark.long
 def test_forked_workers_plan_what_one_process_plans_after_the_parent_ran_parallel_ops():
     """NOTE [ OpenMP after fork ]: without one thread per worker this hangs (the limit is for it)."""
     import subprocess
@@ -215,6 +218,7 @@ def test_forked_workers_plan_what_one_process_plans_after_the_parent_ran_paralle
     assert forked == {repr(c.config): c.peak_bytes for c in synthetic_search()[1].candidates}
 
 
+@pytest.mark.long
 def test_a_list_too_short_to_grow_from_its_shallow_base_is_predicted_as_it_is():
     """Eleven blocks: a cut of interval 2 stride 4 at 8 blocks would grow to 8 + 4 + 2 (it raised
     'cannot keep 14 of the 11 blocks'); it is predicted at its own depth instead."""
@@ -227,6 +231,7 @@ def test_a_list_too_short_to_grow_from_its_shallow_base_is_predicted_as_it_is():
         assert math.isclose(candidate.peak_bytes, full.peak_bytes, rel_tol=0.02), describe(candidate.config)
 
 
+@pytest.mark.long
 def test_a_period_adds_the_same_whatever_the_other_lists_hold():
     """NOTE [ A period's share is the same in every layout ]: a two-list pattern takes 10 shallow
     predictions; list 0's head slope taken with list 1 plain, under the pattern, or cut gives one

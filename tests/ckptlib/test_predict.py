@@ -162,6 +162,7 @@ def test_the_trackers_answer_the_engines_device_queries_and_count_flops_without_
     assert counter.flops == reference.get_total_flops() > 0
 
 
+@pytest.mark.long
 def test_simpletuners_attention_offload_keeps_each_forwarded_blocks_dropout_masks_on_the_device():
     """NOTE [ Attention offload inside a region ]: offloaded inside recomputed blocks, the attention's
     tensors that need no gradient stay on the device until its backward. With LoRA dropout (CUDA's
@@ -184,6 +185,7 @@ def test_simpletuners_attention_offload_keeps_each_forwarded_blocks_dropout_mask
     assert rise("activation-offload") == pytest.approx(2 * masks, rel=0.05)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "family,device,preset", [("kandinsky5", "cuda", "tiny"), ("flux1", "cuda", "tiny"), ("wan", "cpu", "tiny")]
 )

@@ -64,6 +64,7 @@ def test_bad_combinations_are_rejected():
         synthetic.build("tiny", training="full", quantization="int8-torchao")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name, mode", [("int8-torchao", "none"), ("int8-sdnq", "torch"), ("int8-sdnq-hadamard", "none")]
 )

@@ -57,6 +57,7 @@ def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):
     ) == [("bigint",)]
 
 
+@pytest.mark.long
 def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, private_postgres):
     postgres_url, env = private_postgres
     overrides = [
@@ -118,6 +119,7 @@ def _count(url: str) -> int:
         return 0
 
 
+@pytest.mark.long
 def test_no_password_is_stored_or_left_in_hydras_files(tmp_path, postgres_url, monkeypatch):
     """The database URL's password: never in a run's stored config, never in Hydra's multirun.yaml,
     whether given on the command line or in CKPT_SWEEP_DB_URL."""

@@ -81,6 +81,7 @@ def cells(url: str) -> dict[str, dict]:
     return found
 
 
+@pytest.mark.long
 def test_cells_run_on_the_clusters_workers_into_postgres(tmp_path, postgres_url, ray_head):
     address, _, env = ray_head
     done = run_sweep(
@@ -103,6 +104,7 @@ def test_cells_run_on_the_clusters_workers_into_postgres(tmp_path, postgres_url,
         assert any(n.startswith("python-core-worker-") and n.endswith(f"_{worker['pid']}.log") for n in logs), worker
 
 
+@pytest.mark.long
 def test_a_gpu_request_the_cluster_cannot_meet_is_one_line(tmp_path, postgres_url, ray_head):
     address, _, _ = ray_head
     done = run_sweep(
@@ -113,6 +115,7 @@ def test_a_gpu_request_the_cluster_cannot_meet_is_one_line(tmp_path, postgres_ur
     assert "each cell asks for 1 GPU(s) (hydra.launcher.ray.remote.num_gpus), but the largest node" in done.stderr
 
 
+@pytest.mark.long
 def test_a_worker_killed_mid_cell_leaves_it_crashed_and_the_sweep_goes_on(tmp_path, postgres_url, ray_head):
     """One cell at a time (each asks for both CPUs): the first hangs; its Ray worker is killed while
     it runs. Nothing of that worker is left (its fork server and cell die with it), the cell is
@@ -152,6 +155,7 @@ def test_a_worker_killed_mid_cell_leaves_it_crashed_and_the_sweep_goes_on(tmp_pa
     assert not alive & set(own), "the killed worker's fork server or cell outlived it"
 
 
+@pytest.mark.long
 def test_stopping_the_head_leaves_no_ray_process():
     _, session, env, folder = start_head(worker_port(6401))
     assert session_processes(session)

@@ -79,6 +79,7 @@ def pod_run(tmp_path_factory):
         drop_database(postgres[0])
 
 
+@pytest.mark.long
 def test_pod_launcher_runs_each_cell_once_in_parallel_on_distinct_workers(pod_run):
     urls, _, _, outputs = pod_run
     # the driver itself saw each cell end (its progress bar moves; off a terminal, a JSON line each)

@@ -98,6 +98,7 @@ def overlapping(cells: dict[str, dict]) -> bool:
     return any(start < previous_end for (_, previous_end), (start, _) in zip(spans, spans[1:]))
 
 
+@pytest.mark.long
 def test_a_job_array_on_the_gpu_partition_runs_each_cell_once_within_its_parallelism(
     tmp_path, postgres_url, slurm_env, time_limited
 ):
@@ -133,6 +134,7 @@ def test_a_job_array_on_the_gpu_partition_runs_each_cell_once_within_its_paralle
     assert "Bypassing" not in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.long
 def test_a_cancelled_array_resumes_without_rerunning_or_doubling_cells(tmp_path, postgres_url, slurm_env):
     command = [
         *FAST_CELLS,
@@ -182,6 +184,7 @@ def test_a_cell_that_would_outlive_the_time_limit_is_recorded_as_a_timeout(time_
     assert "raise slurm.time_min" in cells["hang/none"]["reason"]
 
 
+@pytest.mark.long
 def test_a_gpu_request_on_a_partition_without_gpus_is_one_line_before_anything_is_submitted(
     tmp_path, postgres_url, slurm_env
 ):

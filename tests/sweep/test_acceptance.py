@@ -75,6 +75,7 @@ def summary_rows(out) -> dict:
 CORE_STATUSES = {n: s for n, (s, _) in CORE_ON_FAKE_CUDA.items()}
 
 
+@pytest.mark.long
 def test_the_core_invocation_runs_whole_on_a_fake_cuda_host_and_resumes(tmp_path):
     out = tmp_path / "acceptance"
     core = run_script(out, "--device", "cuda", "--scale", "tiny", "--families", "flux1,heartmula", env=FAKE_CUDA)
@@ -93,6 +94,7 @@ def test_the_core_invocation_runs_whole_on_a_fake_cuda_host_and_resumes(tmp_path
     assert again.returncode == 0 and again.stdout.count("earlier (--rerun runs it again)") == 2, again.stdout
 
 
+@pytest.mark.long
 def test_the_studies_invocation_adds_its_check_to_what_an_earlier_one_recorded(tmp_path):
     """The second invocation of a GPU session (here first, so the two run side by side in the suite;
     the order does not matter to the summary: a folder keeps every check's latest outcome)."""
@@ -109,6 +111,7 @@ def test_the_studies_invocation_adds_its_check_to_what_an_earlier_one_recorded(t
     assert {rows[name] for name in CORE_STATUSES if name != "environment"} == {"not run yet"}
 
 
+@pytest.mark.long
 def test_on_a_cpu_the_cuda_checks_are_skipped_and_the_host_runs_out(tmp_path):
     out = tmp_path / "acceptance"
     done = run_script(out, "--device", "cpu", "--only", "fork_server,oom,environment")

@@ -1,8 +1,11 @@
 """Every family through the harness: the families-tiny sweep."""
 
+import pytest
+
 from tests.ckptlib.test_families import BUILDABLE, FAMILIES, handle_free_spec
 
 
+@pytest.mark.long
 def test_tiny_sweep_over_all_families_has_no_failures(tmp_path):
     """The families-tiny sweep through the real console script, every family under a grouped-region
     mode (every mode is covered in-process above, and each family trains in bf16 below):

@@ -40,6 +40,7 @@ def triton_installed() -> bool:
     return True
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("builder_module", ["ckptlib.synthetic", "ckptlib.families.builders"])
 def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_module):
     """torchao's import (through peft and diffusers) asks about the device, and with Triton installed
@@ -54,6 +55,7 @@ def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_mo
     assert report["child_sees_cuda"] is True  # torch's own check, through the C entry point, after the lift
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not triton_installed(), reason="needs Triton (pip install triton; CI installs it)")
 def test_a_family_cell_measures_ok_through_the_fork_server_on_a_cuda_host_with_triton():
     """Before the guard answered has_triton, the fork server died during preload on such a host and
@@ -63,6 +65,7 @@ def test_a_family_cell_measures_ok_through_the_fork_server_on_a_cuda_host_with_t
     assert report["preload_failures"] == {} and report["sec_per_step"] > 0
 
 
+@pytest.mark.long
 def test_a_preload_that_fails_restarts_the_server_without_it():
     """A module that turns the guard's refusal into a RuntimeError (as diffusers' lazy modules do):
     the server survives, starts again without it, and says so; the child imports it itself."""

@@ -6,6 +6,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.sweeps import ROOT
 
 
@@ -25,6 +27,7 @@ def ckpt_sweep(cwd, *args, timeout=600):
 RUN_MINE = ["run", "sweep=none", "family.name=mine", "measure.warmup_steps=1", "measure.steps=2"]
 
 
+@pytest.mark.long
 def test_a_new_family_runs_from_its_own_folder(tmp_path):
     made = ckpt_sweep(tmp_path, "new-family", "my_model")
     assert made.returncode == 0 and (tmp_path / "my_model.py").exists(), made.stderr
@@ -38,6 +41,7 @@ def test_a_new_family_runs_from_its_own_folder(tmp_path):
     assert again.returncode != 0 and "exists already; not overwritten" in again.stderr
 
 
+@pytest.mark.long
 def test_names_the_spec_and_lora_give_that_match_nothing_are_named_before_any_cell(tmp_path):
     """The scaffold with its feed-forward renamed (SPEC still says `ff`): torch-ffn would measure the
     same as none and be recorded ok; and LoRA targets that name no layer. Both refused, one line each."""
@@ -61,6 +65,7 @@ def test_names_the_spec_and_lora_give_that_match_nothing_are_named_before_any_ce
     )
 
 
+@pytest.mark.long
 def test_editing_your_model_measures_its_cells_again_and_says_so(tmp_path):
     """NOTE [ A cell knows the model it measured ]: the same command after the model's width changed
     measures the cell again as a new attempt; unchanged, it is skipped."""
@@ -116,6 +121,7 @@ def test_a_builder_with_the_wrong_signature_is_named(tmp_path):
     )
 
 
+@pytest.mark.long
 def test_a_cpu_refuses_a_real_size_preset_it_cannot_hold(tmp_path):
     """Flux.1 dev at 1024x1024 on this host: predicted (seconds, nothing allocated), recorded
     predicted-oom with the numbers; nothing is built."""
@@ -137,6 +143,7 @@ def test_a_cpu_refuses_a_real_size_preset_it_cannot_hold(tmp_path):
     assert "run.allow_large_cpu=true measures it anyway" in reason and '"build_s"' not in timings
 
 
+@pytest.mark.long
 def test_third_party_chatter_goes_to_the_runs_log(tmp_path):
     done = ckpt_sweep(
         ROOT,

@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.support.sweeps import ROOT
 
 
@@ -24,6 +26,7 @@ def clean_source(tmp_path: Path) -> Path:
     return source
 
 
+@pytest.mark.long
 def test_the_wheel_runs_a_sweep_outside_the_checkout(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run(

@@ -146,6 +146,7 @@ def test_the_printed_run_line_measures_exactly_the_planned_cell(tmp_path):
 
 # Budgets halfway between no checkpointing and the smallest schedule (4.56 / 2.64, 1.44 / 1.07 and
 # 0.59 / 0.55 MiB): some docs modes fit, some do not.
+@pytest.mark.long
 @pytest.mark.parametrize(
     "family, preset, budget_mib", [("synthetic", "tiny", 3.6), ("flux1", "tiny", 1.25), ("wan", "tiny", 0.57)]
 )
@@ -261,6 +262,7 @@ def test_plans_of_one_card_at_two_precisions_keep_their_own_table_and_picture():
     assert page.count("**recommended**") == 2
 
 
+@pytest.mark.long
 def test_a_base_whose_weights_alone_pass_the_budget_is_not_searched(monkeypatch):
     """Every weight is alive through every step: when the bf16 weights alone (0.88 MiB + the
     context) pass the budget, no schedule can fit, and plan goes straight to a quantized base,
@@ -282,6 +284,7 @@ def test_a_base_whose_weights_alone_pass_the_budget_is_not_searched(monkeypatch)
     assert outcome.lines[1].startswith("so this plan holds the frozen base weights in int8-torchao")
 
 
+@pytest.mark.long
 def test_when_nothing_fits_the_base_as_it_is_the_plan_is_made_with_a_quantized_base():
     """`plan` without --quantization: no schedule fits the bf16 base (33.31 MiB + the context is
     545.31 MiB), so it plans an int8 base (its smallest, 33.07 MiB, fits) and says why first."""
@@ -306,6 +309,7 @@ def test_the_nearest_smaller_resolution_keeps_the_aspect():
     assert smaller_shape(request("synthetic", "tiny", "ckptlib.synthetic.build")) is None  # tokens, no image
 
 
+@pytest.mark.long
 def test_when_nothing_fits_at_the_shape_the_plan_is_made_at_the_nearest_smaller_resolution():
     """Flux.1's tiny model at 384x384: its smallest schedule needs 35.13 MiB + the context, over a
     546.5 MiB card; at 256x256 (33.67 MiB) one fits, and the plan says so, with the dataset
@@ -337,6 +341,7 @@ def test_when_nothing_fits_at_the_shape_the_plan_is_made_at_the_nearest_smaller_
     assert "+shape.height=256 +shape.width=256" in run_command(outcome.request, outcome.recommended.config)
 
 
+@pytest.mark.long
 def test_where_nothing_fits_at_any_resolution_each_is_planned_once():
     """No schedule of Flux.1's tiny model fits 8 MiB (a 520 MiB card less the context), bf16 or int8,
     at 384x384 or 256x256: the int8 plan tries the smaller resolution, and nothing tries it again."""

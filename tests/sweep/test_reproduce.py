@@ -17,6 +17,7 @@ def reproduced():
     return cells, predictions(cells)
 
 
+@pytest.mark.long
 def test_every_published_synthetic_peak_is_predicted_within_a_tenth_of_a_gib(reproduced):
     cells, predicted = reproduced
     assert {c["gpu"] for c in cells} == set(GPUS) and len(cells) == 40
@@ -146,6 +147,7 @@ def test_an_oom_where_layer_ran_out_too_is_listed_not_counted():
     assert (counted.ooms, counted.ooms_predicted, counted.ooms_beside_layers) == (1, 0, 0)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "heading, mode, published_delta",
     [

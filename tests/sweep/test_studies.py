@@ -59,6 +59,7 @@ def test_settle_steps_count_the_steps_before_times_settle():
     assert step_statistics([(1.0, True)])["settle_steps"] is None  # no measured steps: nothing to settle to
 
 
+@pytest.mark.long
 def test_the_compile_axis_through_the_sweep_and_its_table(tmp_path):
     """Through the fork server, as a user runs it: compiled cells compile cold in a cache of their
     own (the user's stays untouched), their first step shows the compile, their gradients match."""

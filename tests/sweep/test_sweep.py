@@ -34,6 +34,7 @@ def json_lines(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.long
 def test_multirun_creates_exactly_the_cartesian_product(tmp_path):
     db = tmp_path / "r.db"
     done = run_sweep(
@@ -56,6 +57,7 @@ def test_multirun_creates_exactly_the_cartesian_product(tmp_path):
     assert {s for *_, s in rows} == {"ok"}
 
 
+@pytest.mark.long
 def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     """Only the hanging cell gets a short timeout: the others keep the default, however busy the machine."""
     db = tmp_path / "r.db"
@@ -116,6 +118,7 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     ]
 
 
+@pytest.mark.long
 def test_sweeps_writing_one_file_at_once_lose_no_rows_and_measure_a_shared_cell_once(tmp_path):
     """Three sweeps start at once on one SQLite file: the rows of each run all land, and the two
     given the same run (each reads it empty) split its cells instead of both measuring every one
@@ -140,6 +143,7 @@ def test_sweeps_writing_one_file_at_once_lose_no_rows_and_measure_a_shared_cell_
     ), shared
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_sweep_stops_cleanly_and_resumes_without_duplicates(tmp_path, signum, code):
     db = tmp_path / "r.db"
@@ -172,6 +176,7 @@ def test_interrupted_sweep_stops_cleanly_and_resumes_without_duplicates(tmp_path
     assert query(db, "select count(*) from runs") == [(1,)]
 
 
+@pytest.mark.long
 def test_a_killed_sweep_leaves_no_cell_running(tmp_path):
     """kill -9: no handler runs, yet the fork server and its hanging cell die with it
     (isolation.die_with_parent) instead of holding the device for an hour."""
@@ -248,6 +253,7 @@ def test_unreadable_database_is_refused_and_left_untouched(tmp_path):
     assert db.read_bytes() == before
 
 
+@pytest.mark.long
 def test_a_change_of_measure_settings_is_said_and_rerun_keeps_the_earlier_attempt(tmp_path):
     db = tmp_path / "r.db"
     cells = ["sweep=none", "family=faulty", "preset=ok", "mode=none,layer", "training=lora"]
