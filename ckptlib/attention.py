@@ -96,17 +96,36 @@ def refused_kernels(name: str) -> Iterator[None]:
         ) from None
 
 
+@dataclass
+class BackendsSeen:
+    """The SDPA calls and fused kernels seen while `watching_backends` was on."""
+
+    calls: _SdpaCalls
+    fused: _FusedOps
+
+    def text(self) -> str:
+        """'flash', 'math', 'flash, math' for a model whose attentions took different kernels;
+        'none' without an SDPA call."""
+        if not self.calls.calls:
+            return "none"
+        kinds = set(self.fused.ran) | ({"math"} if len(self.fused.ran) < self.calls.calls else set())
+        return ", ".join(sorted(kinds))
+
+
+@contextlib.contextmanager
+def watching_backends() -> Iterator[BackendsSeen]:
+    """Which SDPA kernels the code run inside takes (a training step: sweep/run/scenarios/measure.py)."""
+    seen = BackendsSeen(_SdpaCalls(), _FusedOps())
+    with seen.calls, seen.fused:
+        yield seen
+
+
 def backends_that_ran(run: Callable[[], object], name: str = "auto") -> str:
-    """The SDPA kernels `run` used under backend `name`, as text ('flash', 'math', 'flash, math' for a
-    model whose attentions took different kernels; 'none' without an SDPA call). A kernel the
+    """The SDPA kernels `run` used under backend `name`, as text (BackendsSeen.text). A kernel the
     device lacks raises UnsupportedModeError naming it."""
-    calls, fused = _SdpaCalls(), _FusedOps()
-    with refused_kernels(name), attention_backend(name), calls, fused:
+    with refused_kernels(name), attention_backend(name), watching_backends() as seen:
         run()
-    if not calls.calls:
-        return "none"
-    kinds = set(fused.ran) | ({"math"} if len(fused.ran) < calls.calls else set())
-    return ", ".join(sorted(kinds))
+    return seen.text()
 
 
 def gradient_pass(work: Workload) -> Callable[[], None]:

@@ -13,6 +13,7 @@ import contextlib
 import threading
 import weakref
 from collections import Counter
+from collections.abc import Iterator
 
 import torch
 from torch.utils._python_dispatch import (
@@ -168,6 +169,20 @@ def step_peak(
     The tracker also keeps the peak of each stage of the step: `forward`, `backward` (until a block
     list's first gradient), `backward <block list>` (from its first gradient: backward runs the
     lists last to first) and `optimizer`."""
+    with peak_tracked(work, device, round_to, tracker_type) as tracker:
+        work.step()
+    return tracker
+
+
+@contextlib.contextmanager
+def peak_tracked(
+    work,
+    device: str | torch.device | tuple[str, ...] = "cpu",
+    round_to: int = 1,
+    tracker_type: type[LiveTensorTracker] = LiveTensorTracker,
+) -> Iterator[LiveTensorTracker]:
+    """step_peak's tracker around a step of `work` that the caller runs (one step: the stages
+    follow its forward, backward and optimizer step)."""
     tracker = tracker_type(device, round_to=round_to)
     for category, tensors in _workload_tensors(work).items():
         tracker.track(*tensors, category=category)
@@ -186,11 +201,10 @@ def step_peak(
         hooks.append(work.optimizer.register_step_post_hook(lambda *_: setattr(tracker, "phase", None)))
     try:
         with tracker:
-            work.step()
+            yield tracker
     finally:
         for hook in hooks:
             hook.remove()
-    return tracker
 
 
 def _enter_optimizer(tracker: LiveTensorTracker) -> None:

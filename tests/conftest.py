@@ -35,9 +35,9 @@ def fork_server_for_every_family():
 
 
 def pytest_collection_modifyitems(items):
-    """Each test is marked with its layer, the folder it lives in; the `long` tests run first (with
-    pyproject's --maxschedchunk=1 each worker takes the next test as it frees up), so that no
-    worker ends the suite alone on one of them while the others wait."""
+    """Each test is marked with its layer, the folder it lives in; the `long` tests run first (under
+    pyproject's --dist loadgroup each worker takes the next test as it frees up), so that no worker
+    ends the suite alone on one of them while the others wait."""
     for item in items:
         layer = Path(str(item.fspath)).parent.name
         if layer in LAYERS:

@@ -63,6 +63,16 @@ def fork_server(builder_module: str):
     return _context
 
 
+def start_fork_server(builder_module: str) -> None:
+    """Start the fork server now and return at once: its preload (torch, peft, the builder's
+    module: seconds) runs on another core while this process composes the sweep's jobs and opens
+    its database. A sweep with nothing to run leaves it to die with this process."""
+    from multiprocessing import forkserver
+
+    fork_server(builder_module)
+    forkserver.ensure_running()
+
+
 def stop_fork_server() -> None:
     """End the fork server now (an interrupted sweep must not leave it behind)."""
     from multiprocessing import forkserver

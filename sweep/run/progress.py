@@ -23,7 +23,7 @@ from sweep.config.cell import cell_from_config
 from sweep.store import database as store
 from sweep.vocabulary import RETRYABLE, JobOutcome, Status
 
-from . import interruption, quiet
+from . import interruption, isolation, quiet
 from .compose_once import compose_each_job_once
 from .cpu_guard import gpu_sweep_warning
 from .preflight import SweepConfigError, expand_jobs, job_value, override_problems, validate
@@ -117,6 +117,8 @@ class SweepCallback(Callback):
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None
+        # the first job's builder module, for the fork server's preload (None: not known before it runs)
+        self.first_builder = cell_from_config(checks[0]).builder.rpartition(".")[0] if expanded else None
         warning = gpu_sweep_warning(checks, self.total or len(checks))
         if warning:
             print(f"ckpt-sweep: {warning}", file=sys.stderr, flush=True)
@@ -155,6 +157,8 @@ class SweepCallback(Callback):
             )
             self.task = self.progress.add_task("cells", total=self.total, counts="")
             self.progress.start()
+        if self.first_builder and "BasicLauncher" in str(config.hydra.launcher.get("_target_", "")):
+            isolation.start_fork_server(self.first_builder)  # the cells run in this process's children
 
     def __getstate__(self) -> dict:
         # Launchers ship the callbacks to each job's process (Ray pickles them): a console and a live

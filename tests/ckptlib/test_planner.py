@@ -101,6 +101,10 @@ def replace_blocks(config: CheckpointConfig, blocks: int) -> CheckpointConfig:
     return replace(config, blocks=blocks) if config.checkpoints else config
 
 
+# The tests that read the search share it on one worker (its pytest-xdist group).
+SEARCH_READERS = pytest.mark.xdist_group("synthetic-search")
+
+
 @functools.cache
 def synthetic_search() -> tuple[ShallowPredictor, ScheduleSearch]:
     """The synthetic cpu-256 search on the CPU model, made once for the tests that read it."""
@@ -109,6 +113,7 @@ def synthetic_search() -> tuple[ShallowPredictor, ScheduleSearch]:
 
 
 @pytest.mark.long
+@SEARCH_READERS
 def test_every_cut_of_a_list_is_within_two_percent_of_its_full_prediction():
     predictor, plan = synthetic_search()
     patterns = {"torch", "torch interval 2, attention offload", "unsloth-ffn"}
@@ -124,6 +129,7 @@ def test_every_cut_of_a_list_is_within_two_percent_of_its_full_prediction():
     assert checked == 3 * 8  # every k of the eight blocks, for each pattern
 
 
+@SEARCH_READERS
 def test_the_frontier_trades_memory_for_time_and_the_fit_is_the_fastest_that_fits():
     _, plan = synthetic_search()
     front = plan.frontier()
@@ -136,6 +142,7 @@ def test_the_frontier_trades_memory_for_time_and_the_fit_is_the_fastest_that_fit
     assert len(plan.candidates) > 90  # patterns x every first-k cut
 
 
+@SEARCH_READERS
 def test_of_equally_fast_schedules_the_one_with_fewer_copies_comes_first():
     """On a GPU, copies hidden behind compute cost no modelled time: a tie in predicted sec/step
     goes to the schedule that moves less over the host link."""
@@ -151,6 +158,7 @@ def test_of_equally_fast_schedules_the_one_with_fewer_copies_comes_first():
     assert [c.config.backend for c in search.fitting(base.peak_bytes)] == ["torch", "unsloth"]
 
 
+@SEARCH_READERS
 def test_a_fit_recovers_the_step_time_model_it_was_made_with():
     truth = Throughput("truth", 2e-10, 5e-10, fixed_seconds=0.01, overlaps_copies=False)
     plan = synthetic_search()[1].retimed(truth)
@@ -207,6 +215,7 @@ print(json.dumps({describe: c.peak_bytes for c in plan.candidates for describe i
 
 
 @pytest.mark.long
+@SEARCH_READERS
 def test_forked_workers_plan_what_one_process_plans_after_the_parent_ran_parallel_ops():
     """NOTE [ OpenMP after fork ]: without one thread per worker this hangs (the limit is for it)."""
     import subprocess

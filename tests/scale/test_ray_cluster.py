@@ -17,6 +17,9 @@ import pytest
 from tests.support.postgres import rows
 from tests.support.sweeps import ROOT, SUPPORT, run_sweep, start_sweep
 
+# One pytest-xdist worker runs this module: its tests share one Ray head per worker.
+pytestmark = pytest.mark.xdist_group("ray-head")
+
 SCRIPT = ROOT / "scripts" / "ray.sh"
 CELLS = ["sweep=none", "family=faulty", "mode=none", "measure.warmup_steps=0"]
 # The head's CPUs only (the test machine has no GPU); token authentication, as `ray start` sets up.

@@ -39,6 +39,28 @@ def test_sec_per_step_is_the_median_of_the_measured_steps_only():
     assert (stats["warmup_steps"], stats["steps"]) == (2, 5) and losses == [1.0] * 7
 
 
+def test_the_last_warmup_step_finds_the_peak_and_kernels_that_two_more_passes_find(monkeypatch):
+    """NOTE [ What the last warmup step watches ]: with two warmup steps a cell runs its steps and
+    nothing more, and finds the CPU peak and attention kernels that a cell with one warmup step
+    finds with a probe before its steps and a tracked step after them."""
+    from ckptlib.workload import Workload
+
+    passes = []
+    step = Workload.step
+    monkeypatch.setattr(Workload, "step", lambda work: passes.append(1) or step(work))
+    cell = Cell(**CPU_BUILT, mode="layer", backend="torch", training="lora").as_dict()
+    results = {}
+    for warmup in (2, 1):
+        passes.clear()
+        results[warmup] = result = measure_cell(cell, MeasureSettings("cpu", warmup_steps=warmup, steps=1))
+        assert result.status == Status.OK, result.reason
+        assert len(passes) == warmup + 1 + (warmup < 2) * 2, warmup
+    watched, apart = results[2], results[1]
+    assert "memory_step_s" not in watched.timings and "memory_step_s" in apart.timings
+    assert watched.peak_bytes == apart.peak_bytes and watched.breakdown == apart.breakdown
+    assert watched.attention_backend == apart.attention_backend != "none"
+
+
 @pytest.fixture
 def cuda_steps(fake_cuda, monkeypatch):
     """Two fake H100s at torch's C boundary; each model forward logged among the CUDA calls."""
@@ -74,9 +96,9 @@ def test_every_cuda_call_names_the_cells_device_and_brackets_each_step(cuda_step
     calls = cuda_steps.calls
     assert [c[1] for c in calls if c[0] in DEVICE_CALLS] == [index] * sum(c[0] in DEVICE_CALLS for c in calls)
     names = [c[0] for c in calls]
-    probe, *forwards = [i for i, name in enumerate(names) if name == "forward"]
-    assert len(forwards) == 5  # and before them the attention probe's, outside the timed steps
-    assert names.index("_cuda_setDevice") < probe < names.index("_cuda_resetPeakMemoryStats")
+    forwards = [i for i, name in enumerate(names) if name == "forward"]
+    assert len(forwards) == 5  # the kernels are watched on the last warmup step: no probe of their own
+    assert names.index("_cuda_setDevice") < forwards[0]
     for i in forwards:  # each step: synchronize, the step, synchronize
         assert names[i - 1] == "_cuda_synchronize" and names[i + 1] == "_cuda_synchronize"
     first_measured = forwards[2]

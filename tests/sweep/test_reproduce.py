@@ -10,6 +10,9 @@ from ckptlib.predict import predict
 from ckptlib.units import GIB
 from sweep.report.reproduce import GPUS, calibrated, predictions, published_cells
 
+# One pytest-xdist worker runs this module: its tests share one module fixture (every synthetic cell predicted).
+pytestmark = pytest.mark.xdist_group("reproduced")
+
 
 @pytest.fixture(scope="module")
 def reproduced():

@@ -7,6 +7,7 @@ visible ones (torch.cuda.set_device refuses a device without an index).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -50,7 +51,11 @@ class CudaDevice:
         """What CUDA can hand out on this device (NVML reports a little more)."""
         return torch.cuda.get_device_properties(self.device).total_memory
 
-    def memory(self, work) -> dict:
+    def tracking(self, work) -> contextlib.AbstractContextManager[None]:
+        """Nothing to watch: the allocator counts every step."""
+        return contextlib.nullcontext()
+
+    def memory(self, work, tracked=None) -> dict:
         return {
             "peak_bytes": torch.cuda.max_memory_allocated(self.device),
             "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
@@ -89,16 +94,21 @@ class CpuDevice:
     def total_bytes(self) -> None:
         return None
 
-    def memory(self, work) -> dict:
+    def tracking(self, work):
+        """A context under which one step of `work` is the tracked step `memory` reads."""
+        from ckptlib.memory import peak_tracked
+
+        return peak_tracked(work, self.device)
+
+    def memory(self, work, tracked=None) -> dict:
+        """The peak of the step run under `tracking` (`tracked`: what it yielded), or of one more
+        step, tracked now (its time is `memory_step_s`)."""
         from ckptlib.memory import step_peak
 
         tic = time.perf_counter()
-        tracker = step_peak(work, self.device)
-        return {
-            "peak_bytes": tracker.peak_bytes,
-            "breakdown": dict(tracker.peak_by_category),
-            "memory_step_s": time.perf_counter() - tic,
-        }
+        tracker = step_peak(work, self.device) if tracked is None else tracked
+        extra_step = {"memory_step_s": time.perf_counter() - tic} if tracked is None else {}
+        return {"peak_bytes": tracker.peak_bytes, "breakdown": dict(tracker.peak_by_category), **extra_step}
 
     def name(self) -> str:
         from sweep.machine.environment import cpu_model

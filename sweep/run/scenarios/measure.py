@@ -11,9 +11,10 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from ckptlib.units import GIB
 from sweep.config.builders import wrong_type
@@ -49,8 +50,10 @@ def timed_steps(
     steps: int,
     clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], None] = _quiet,
+    watch: Mapping[int, Callable[[], contextlib.AbstractContextManager]] = MappingProxyType({}),
 ) -> tuple[list[tuple[float, bool]], list[float], int | None]:
-    """(samples as (seconds, warmup), losses, first step's peak) of `warmup_steps + steps` calls of `step`."""
+    """(samples as (seconds, warmup), losses, first step's peak) of `warmup_steps + steps` calls of
+    `step`; the call of index i runs inside `watch[i]()` where there is one."""
     samples, losses, first_step_peak = [], [], None
     device.reset_peaks()
     for i in range(warmup_steps + steps):
@@ -59,7 +62,8 @@ def timed_steps(
             device.start_measured_steps()
         device.synchronize()
         tic = clock()
-        loss = step()
+        with watch.get(i, contextlib.nullcontext)():
+            loss = step()
         device.synchronize()
         samples.append((clock() - tic, i < warmup_steps))
         losses.append(float(loss))
@@ -76,10 +80,12 @@ def host_bounds(cell, build) -> tuple[int, int]:
     needs at the least; a generous bound: weights with their gradients and AdamW moments, and for
     each block some 32 copies of the inputs' size). Built unquantized: larger, so still an upper
     bound, and a quantization package imported on meta would miss the settings it needs on a CPU
-    (ckptlib.quantize: cpu_environment)."""
+    (ckptlib.quantize: cpu_environment). Built frozen: the base weights alone, still a lower bound,
+    and 4 x the base covers a LoRA's adapters with their gradients and moments; PEFT's injection
+    would cost more than the rest of the build."""
     from torch.utils._pytree import tree_leaves
 
-    work = build(device="meta", **{**build_kwargs(cell), "quantization": "none"})
+    work = build(device="meta", **{**build_kwargs(cell), "quantization": "none", "training": "frozen"})
     weights = sum(p.numel() * p.element_size() for p in work.model.parameters())
     inputs = sum(t.numel() * t.element_size() for t in tree_leaves((work.args, work.kwargs)) if hasattr(t, "numel"))
     blocks = sum(len(work.model.get_submodule(path)) for path in work.spec.block_lists)
@@ -150,6 +156,32 @@ def cold_compile_cache(compiling: bool) -> Iterator[None]:
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
+# NOTE [ What the last warmup step watches ]: besides its timed steps a cell needs which SDPA
+# kernels ran (modes watching a training step) and, on a CPU, its peak (a step under the live-tensor
+# tracker). Watching slows a step, so no timed step is watched, nor the first (its time is the
+# first-step column). With two warmup steps or more (the default is 5), an uncompiled cell's last
+# warmup step is watched for both: a step the cell runs anyway, after one whose optimizer step left
+# the state every later step starts from. Otherwise the cell pays two passes more: an eager
+# gradient pass (weights unchanged) for the kernels before the steps, and one tracked step after
+# them for the CPU's peak. A compiled cell always does: both watched passes must be eager.
+def watching_last_warmup(cell, settings: MeasureSettings, work, device) -> tuple[dict, dict]:
+    """(what the watch saw, once run: `backends`, `tracker`; the watch for timed_steps), or two
+    empty dicts where the cell's warmup cannot be watched."""
+    from ckptlib import attention
+
+    if cell.compile != "none" or settings.warmup_steps < 2:
+        return {}, {}
+    seen = {}
+
+    @contextlib.contextmanager
+    def watch() -> Iterator[None]:
+        with attention.watching_backends() as backends, device.tracking(work) as tracker:
+            seen.update(backends=backends, tracker=tracker)
+            yield
+
+    return seen, {settings.warmup_steps - 1: watch}
+
+
 def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[str], None] = _quiet) -> CellResult:
     """Runs inside the cell's child process; `progress` hears its phase (build, warmup i/n, step i/n)."""
     import ckptlib
@@ -177,20 +209,21 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
             raise TypeError(wrong_type(work))
         handle = ckptlib.apply(work.model, config, work.spec, compile=cell.compile)
         timings["build_s"] = time.perf_counter() - tic
-        # which kernel runs (a kernel the device lacks: unsupported), from a step under the schedule
-        # that leaves the weights as they were, outside the timed steps; run eagerly, so the first
-        # timed step is the one that compiles
-        with torch.compiler.set_stance("force_eager"):
-            ran = attention.backends_that_ran(attention.gradient_pass(work), cell.attention)
-        with attention.attention_backend(cell.attention):
+        with attention.attention_backend(cell.attention), attention.refused_kernels(cell.attention):
+            seen, watch = watching_last_warmup(cell, settings, work, device)
+            if not watch:  # NOTE [ What the last warmup step watches ]
+                with torch.compiler.set_stance("force_eager"):
+                    ran = attention.backends_that_ran(attention.gradient_pass(work), cell.attention)
             samples, losses, first_step_peak = timed_steps(
-                work.step, device, settings.warmup_steps, settings.steps, progress=progress
+                work.step, device, settings.warmup_steps, settings.steps, progress=progress, watch=watch
             )
+            if watch:
+                ran = seen["backends"].text()
             progress("memory")
-            # a CPU's peak comes from one more step under the live-tensor tracker, which sees no
-            # compiled code's buffers: that step is an eager one, said so in the compile table
+            # a CPU's peak comes from a step under the live-tensor tracker, which sees no compiled
+            # code's buffers: that step is an eager one, said so in the compile table
             with torch.compiler.set_stance("force_eager"):
-                memory = device.memory(work)
+                memory = device.memory(work, seen.get("tracker"))
             profiled = None
             if settings.profile_steps:
                 progress("profile")
