@@ -20,6 +20,7 @@ verbs:
   import FILE.md | --docs    import published tables as 'published' (--docs: the docs' and SimpleTuner's, shipped)
   runs                       the recorded runs: id, name, hardware, provenance, cells, date
   export [--format csv|json] the cells of some or all runs, with their run, for other tools
+  merge SOURCE [--runs ID..] copy runs recorded elsewhere (a GPU pod's results.db) into this database
   diff A B [--fail-on ...]   two runs (id or hardware label) cell by cell; --fail-on gates a CI job
   advise --family F --vram 48GiB [--hardware H] [--tokens N | --preset P]
                              which mode to use on that card
@@ -127,6 +128,31 @@ def import_tables(args: list[str]) -> None:
         sys.exit(f"ckpt-sweep: nothing imported: {error}")
     run_ids = replace_runs(engine, runs)  # one transaction: a bad table changes nothing
     print(f"imported {len(run_ids)} published run(s): ids {', '.join(map(str, run_ids))}")
+
+
+def merge(args: list[str]) -> None:
+    parser = _parser("merge", "Copy the runs of another database (a GPU pod's results.db) into this one.")
+    parser.add_argument("source", help="the database to copy from: a SQLite file's path or a database URL")
+    parser.add_argument("--runs", nargs="*", type=int, help="run ids in the source (default: every run)")
+    options = parser.parse_args(args)
+    from sweep.store.database import database_url, redacted
+    from sweep.store.merge import merge_runs
+
+    if database_url(options.source) == database_url(options.db):
+        sys.exit(f"ckpt-sweep: {redacted(database_url(options.source))} is the database merged into: nothing to copy")
+    source, target = _engine(options.source), _engine(options.db, create=True)
+    try:
+        merged = merge_runs(target, source, options.runs)
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: nothing merged: {error}")
+    for run in merged:
+        state = "new run" if run.new else "run already here"
+        print(
+            f"{run.name} ({run.hardware}, {run.provenance}): {state} {run.target_id}, "
+            f"{run.added} attempt(s) copied, {run.present} already present"
+        )
+    if not merged:
+        print("the source holds no runs")
 
 
 def diff(args: list[str]) -> None:
@@ -381,6 +407,7 @@ VERBS = {
     "import": import_tables,
     "runs": runs_verb,
     "export": export,
+    "merge": merge,
     "diff": diff,
     "advise": advise_verb,
     "plan": plan_verb,

@@ -1,8 +1,8 @@
 """The first-GPU acceptance run: every CUDA path of the project, checked on a real card, in two
 invocations that each fit a GPU session (core checks, then studies):
 
-    python scripts/gpu_acceptance.py --out acceptance/                  # core: about 5 to 8 minutes
-    python scripts/gpu_acceptance.py --out acceptance/ --part studies   # compile, attention, batch
+    python scripts/gpu_acceptance.py --out acceptance/                  # core: 246 s on an H200
+    python scripts/gpu_acceptance.py --out acceptance/ --part studies   # compile, attention, batch: 97 s
 
 Each check runs in a process group of its own with a hard timeout (its sweeps, fork servers and
 cells are killed with it), so one failure does not hide the rest. After every check the output

@@ -32,14 +32,23 @@ def setting(
     group: str | None = None,
     column: bool = False,
     since: int | None = None,
+    offload_only: bool = False,
     factory=MISSING,
 ):
     """A cell field. `config`: its dotted key in the typed sweep config; `label`: how a heading
     names a value ('interval {}'), `group` the heading's kind (`checkpoint` settings are compared
     with the mode's preset, `run` settings with their default); `column`: a column of the cells
     table too; `since`: the schema version of the round that added it (None: the first cell key);
-    a field added later is left out of the key at its default, so older runs resume."""
-    metadata = {"config": config, "label": label, "group": group, "column": column, "since": since}
+    a field added later is left out of the key at its default, so older runs resume;
+    `offload_only`: a setting of the offloader, which a heading names only for a mode that offloads."""
+    metadata = {
+        "config": config,
+        "label": label,
+        "group": group,
+        "column": column,
+        "since": since,
+        "offload_only": offload_only,
+    }
     if factory is not MISSING:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -87,13 +96,24 @@ class Cell:
     compile: str = setting("none", config="compile", label="compile {}", group="run", since=5)
     seed: int = setting(0, config="seed", label="seed {}", group="run")
     pin_memory_max_buckets: int = setting(
-        DEFAULT_PIN_MEMORY_MAX_BUCKETS, config="pin_memory_max_buckets", label="{} pinned buckets", group="run"
+        DEFAULT_PIN_MEMORY_MAX_BUCKETS,
+        config="pin_memory_max_buckets",
+        label="{} pinned buckets",
+        group="run",
+        offload_only=True,
     )
     offload_stash_depth: int = setting(
-        DEFAULT_OFFLOAD_STASH_DEPTH, config="offload_stash_depth", label="{} copies in flight", group="run", since=3
+        DEFAULT_OFFLOAD_STASH_DEPTH,
+        config="offload_stash_depth",
+        label="{} copies in flight",
+        group="run",
+        since=3,
+        offload_only=True,
     )
     # reloads ahead of use on a side stream (the docs' early offloader reloaded each just in time)
-    offload_prefetch: bool = setting(True, config="offload_prefetch", label="prefetch {}", group="run", since=5)
+    offload_prefetch: bool = setting(
+        True, config="offload_prefetch", label="prefetch {}", group="run", since=5, offload_only=True
+    )
 
     @property
     def key(self) -> str:
@@ -196,10 +216,23 @@ def wired_regions(values: dict[str, Any]) -> str:
 RESOLVED = {"regions": wired_regions}
 
 
+def _offloads(values: dict[str, Any], preset: CheckpointConfig | None) -> bool:
+    """Whether a cell's schedule offloads: from its recorded backend and attention offload, else
+    from its mode's preset (a published cell records neither); True where neither says."""
+    if values.get("backend") is not None:
+        try:
+            attention = bool(values.get("offload_attention"))
+            return CheckpointConfig(values["backend"], offload_attention=attention).uses_offload
+        except ValueError:
+            return True
+    return preset.uses_offload if preset is not None else True
+
+
 def differing(values: dict[str, Any], mode: str) -> list[str]:
     """The settings a label must name for one cell (`values` as recorded; None: not recorded, as
     in published cells): checkpointing settings other than its mode's preset's, run settings other
-    than their defaults."""
+    than their defaults (the offloader's only where the schedule offloads: `prefetch False` says
+    nothing of a cell without offload)."""
     preset = MODES.get(mode)
     expected = preset and {s: getattr(preset, s) for s in LABELS["checkpoint"]}
     if expected and values.get("backend") is not None:
@@ -209,7 +242,12 @@ def differing(values: dict[str, Any], mode: str) -> list[str]:
         for s in LABELS["checkpoint"]
         if preset is not None and values.get(s) is not None and _comparable(s, values[s]) != _comparable(s, expected[s])
     ]
-    return named + [s for s in LABELS["run"] if values.get(s) not in (None, default(s))]
+    offloads = _offloads(values, preset)
+    return named + [
+        s
+        for s in LABELS["run"]
+        if values.get(s) not in (None, default(s)) and (offloads or not FIELDS[s].metadata["offload_only"])
+    ]
 
 
 def _comparable(name: str, value):

@@ -24,7 +24,7 @@ from sweep.store.database import CellRow, Sample
 from sweep.store.query import load_cells, load_runs, select_runs
 from sweep.vocabulary import Status
 
-from .matrices import recorded_setting, table_unit, variant
+from .matrices import describe_setting, recorded_setting, shared_run_settings, table_unit, variant
 from .text import NOT_RUN, UNITS, cell_texts
 
 COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
@@ -40,6 +40,11 @@ class Diff:
     environment: list[str]  # "key: A vs B" for every environment field that differs
     unit: str = "GiB"  # of the memory figures
     unpaired: list[str] = field(default_factory=list)  # runs of one side that the other did not run
+    shared: list[str] = field(default_factory=list)  # run settings every cell of both sides ran with
+
+    @property
+    def title(self) -> str:
+        return f"{self.label_a} vs {self.label_b}" + (f" (every cell: {', '.join(self.shared)})" if self.shared else "")
 
     @property
     def transitions(self) -> pd.DataFrame:
@@ -157,6 +162,9 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
     if label_a == label_b:
         label_a, label_b = f"{label_a} (A)", f"{label_b} (B)"
     coordinates, unpaired = _pair_runs(a, b, label_a, label_b)
+    shared = shared_run_settings(pd.concat([a.cells, b.cells])["config"])
+    for cells in (a.cells, b.cells):  # said once, in the title
+        cells["variant"] = [variant(c, m, tuple(shared)) for c, m in zip(cells["config"], cells["mode"])]
     unit = table_unit(pd.concat([a.cells, b.cells]))  # MiB when both sides' peaks are small
     for cells in (a.cells, b.cells):
         cells["text"] = cell_texts(cells, unit)
@@ -204,7 +212,8 @@ def diff_runs(engine: Engine, selector_a: str, selector_b: str, engine_b: Engine
         for key in sorted(set(a.environment) | set(b.environment))
         if a.environment.get(key) != b.environment.get(key)
     ]
-    return Diff(label_a, label_b, merged, environment, unit, unpaired)
+    words = [describe_setting(s, v) for s, v in shared.items()]
+    return Diff(label_a, label_b, merged, environment, unit, unpaired, words)
 
 
 def _number(value, template: str) -> str:
@@ -278,7 +287,7 @@ def columns(diff: Diff) -> list[str]:
 def rich_table(diff: Diff) -> Table:
     """The diff as a terminal shows it: a cell's coordinates in one column, samples/s only where a
     cell has throughput, short headings, and only the cell and change columns folding."""
-    table = Table(title=f"{diff.label_a} vs {diff.label_b}", caption="\n".join(diff.unpaired) or None)
+    table = Table(title=diff.title, caption="\n".join(diff.unpaired) or None)
     throughput = diff.cells[["samples_per_s_a", "samples_per_s_b"]].notna().to_numpy().any()
     short = {f"time {diff.label_b}/{diff.label_a}": "time B/A", f"memory diff {diff.unit}": f"B-A {diff.unit}"}
     ratio = f"memory {diff.label_b}/{diff.label_a}"  # the markdown has it; the terminal keeps the difference
@@ -297,7 +306,7 @@ def rich_table(diff: Diff) -> Table:
 def markdown(diff: Diff, plot: Path | None = None) -> str:
     optional = _optional(diff)
     frame = pd.DataFrame([_row_values(r, optional) for r in diff.cells.itertuples()], columns=columns(diff))
-    parts = [f"# Diff: {diff.label_a} vs {diff.label_b}\n", "## Environment differences\n"]
+    parts = [f"# Diff: {diff.title}\n", "## Environment differences\n"]
     parts += [f"- {line}" for line in diff.environment] or ["- none recorded"]
     if diff.unpaired:
         parts += ["\n## Runs on one side only (not compared)\n", *(f"- {line}" for line in diff.unpaired)]

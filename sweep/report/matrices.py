@@ -10,6 +10,7 @@ did not run to a figure carries its reason as a numbered footnote under the tabl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -66,7 +67,7 @@ def _settings(config) -> dict:
     return values
 
 
-def _describe(setting: str, value) -> str:
+def describe_setting(setting: str, value) -> str:
     if setting.startswith("shape."):
         return f"{setting.removeprefix('shape.')} {value}"
     return setting_label(setting, value)
@@ -79,6 +80,17 @@ def recorded_setting(config, name: str):
     return default(name) if recorded is None else recorded
 
 
+def shared_run_settings(configs) -> dict[str, Any]:
+    """The titled run settings (TITLED_RUN_SETTINGS) every one of `configs` records with one value
+    other than its default: what a title says once instead of every row."""
+    recorded = [_settings(c) for c in configs]
+    return {
+        s: values[0]
+        for s in TITLED_RUN_SETTINGS
+        if len(values := [r[s] for r in recorded]) and len(set(values)) == 1 and values[0] not in (None, default(s))
+    }
+
+
 def _shape_overrides(values: dict) -> list[str]:
     return sorted(s for s in values if s.startswith("shape.") and s != "shape.tokens" and values[s] is not None)
 
@@ -89,7 +101,7 @@ def variant(config, mode: str, shown_elsewhere: tuple[str, ...] = ()) -> str:
     `shown_elsewhere` (a plot's marker says the dtype) are left out."""
     values = {k: (None if k in shown_elsewhere else v) for k, v in _settings(config).items()}
     named = differing(values, mode) + _shape_overrides(values)
-    return ", ".join(_describe(s, values[s]) for s in named)
+    return ", ".join(describe_setting(s, values[s]) for s in named)
 
 
 def mode_label(family: str, mode: str, config, shown_elsewhere: tuple[str, ...] = ()) -> str:
@@ -122,7 +134,7 @@ def _qualifiers(cells: pd.DataFrame) -> tuple[pd.Series, list[str]]:
         if "training" not in shared and values["training"] not in (None, default("training")):
             own.append("training")
         own += [s for s in _shape_overrides(values) if s not in shared]
-        return f" ({', '.join(_describe(s, values[s]) for s in own)})" if own else ""
+        return f" ({', '.join(describe_setting(s, values[s]) for s in own)})" if own else ""
 
     named = [heading(mode, values) for mode, values in zip(cells["mode"], settings.to_dict("records"))]
     return pd.Series(named, index=cells.index, dtype=object), _table_wide(shared)
@@ -135,8 +147,10 @@ def _table_wide(shared: dict) -> list[str]:
     if shared.get("training") is not None:
         rank = shared.get("lora_rank")
         words.append(shared["training"] + (f", LoRA rank {rank}" if shared["training"] == "lora" and rank else ""))
-    words += [_describe(s, shared[s]) for s in TITLED_RUN_SETTINGS if shared.get(s) not in (None, default(s))]
-    words += [_describe(s, shared[s]) for s in sorted(shared) if s.startswith("shape.") and shared[s] is not None]
+    words += [describe_setting(s, shared[s]) for s in TITLED_RUN_SETTINGS if shared.get(s) not in (None, default(s))]
+    words += [
+        describe_setting(s, shared[s]) for s in sorted(shared) if s.startswith("shape.") and shared[s] is not None
+    ]
     return words
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -30,14 +31,21 @@ class TableMeaning:
     training: str = "lora"
     preset: str = "{tokens}"  # formatted with the row's tokens
     tokens: int | None = None
+    settings: tuple[tuple[str, Any], ...] = ()  # cell settings the table's runs used (not in its key)
 
 
 # The docs' headings, lower-cased, for tables whose rows do not say everything themselves. The
 # larger shape's heading says width 4096 and 3072 tokens; its numbers are 32 of the packed block at
 # 4096 tokens (NOTE [ The docs' synthetic block ] in ckptlib/synthetic.py), which is what it records.
+# Both were measured with the early offloader, which reloaded each region just in time.
+DOCS_OFFLOADER = (("offload_prefetch", False),)
 KNOWN_TABLES = {
-    "packed image latents": TableMeaning("packed-latents", "synthetic", "frozen", "docs-packed-{tokens}"),
-    "larger transformer shape": TableMeaning("large-shape", "synthetic", "frozen", "docs-large", 4096),
+    "packed image latents": TableMeaning(
+        "packed-latents", "synthetic", "frozen", "docs-packed-{tokens}", settings=DOCS_OFFLOADER
+    ),
+    "larger transformer shape": TableMeaning(
+        "large-shape", "synthetic", "frozen", "docs-large", 4096, settings=DOCS_OFFLOADER
+    ),
 }
 ROW_COLUMNS = {
     "gpu": "hardware",
@@ -141,14 +149,9 @@ def parse_file(
                     "quantization": quantization_of(row["quantization"]),
                     "training": meaning.training,
                 }
-                run["cells"].append(
-                    (
-                        cell,
-                        identity_key({**cell, "tokens": row["tokens"]}),
-                        CellResult(**result),
-                        {"tokens": row["tokens"]},
-                    )
-                )
+                key = identity_key({**cell, "tokens": row["tokens"]})
+                cell.update(meaning.settings)
+                run["cells"].append((cell, key, CellResult(**result), {"tokens": row["tokens"]}))
     return list(runs.values())
 
 

@@ -15,6 +15,8 @@ from ckptlib.planner import Throughput
 from ckptlib.predict import predict
 from ckptlib.units import GIB
 from sweep.machine.cards import HOST_LINKS
+from sweep.store.query import load_cells
+from sweep.vocabulary import Provenance, Status
 
 from .published import DOCS_TABLES, parse_file
 from .text import SYNTHETIC_COLUMNS
@@ -22,6 +24,7 @@ from .text import SYNTHETIC_COLUMNS
 # Each GPU of the docs: its device model (the cuBLAS workspace differs) and its host link.
 GPUS = {"H100 80GB": ("cuda", "pcie5"), "L40S": ("cuda-pre-hopper", "pcie4")}
 CALIBRATION = ("docs-packed-4096", "none")  # the one published cell each GPU's compute rate comes from
+REFERENCE_GPU = "H100 80GB"  # the published row a GPU measurement is compared with
 PEAK_TOLERANCE_GIB = 0.10
 TIME_TOLERANCE = 0.15
 
@@ -76,6 +79,88 @@ def calibrated(gpu: str, cells: list[dict], predicted: dict) -> Throughput:
         1 / HOST_LINKS[link],
         overlaps_copies=False,
     )
+
+
+def measured_cells(engine) -> list[dict]:
+    """The docs' synthetic sweeps as this project measured them on a GPU: every `ok` cell of a
+    measured CUDA run at a preset and mode the docs published, under the docs' offloader."""
+    frame = load_cells(engine)
+    published = {(c["preset"], c["mode"]) for c in published_cells()}
+    cells = []
+    for row in frame.itertuples():
+        prefetch = (row.config or {}).get("offload_prefetch", True) if isinstance(row.config, dict) else True
+        docs_offloader = not MODES[row.mode].uses_offload or prefetch is False
+        if (
+            row.provenance == Provenance.MEASURED
+            and row.kind == "cuda"
+            and row.status == Status.OK
+            and (row.preset, row.mode) in published
+            and row.training == "frozen"
+            and docs_offloader
+        ):
+            cells.append(
+                {
+                    "gpu": row.hardware,
+                    "run": row.run_name,
+                    "preset": row.preset,
+                    "mode": row.mode,
+                    "tokens": row.tokens,
+                    "peak": int(row.peak_bytes),
+                    "seconds": row.sec_per_step,
+                    "attention": row.attention_backend,
+                }
+            )
+    return cells
+
+
+def measured_report(measured: list[dict], cells: list[dict], predicted: dict) -> list[str]:
+    """Each GPU measurement of a docs cell beside the H100's published peak and the prediction, and
+    each mode's saving over `none` beside the published saving (what the setup adds cancels)."""
+    if not measured:
+        return [
+            "## Measured on a GPU",
+            "",
+            "No measured CUDA run of the docs' sweeps in the database (`ckpt-sweep run sweep=packed-latents`",
+            "on a GPU, or `ckpt-sweep merge` of a pod's results.db, adds one).",
+            "",
+        ]
+    reference = {(c["preset"], c["mode"]): c for c in cells if c["gpu"] == REFERENCE_GPU}
+    lines = [
+        "## Measured on a GPU",
+        "",
+        "Cells of the docs' sweeps measured by `ckpt-sweep run` on a GPU (the allocator's peak over the timed",
+        f"steps), beside the {REFERENCE_GPU} published row and the `cuda` prediction.",
+        "",
+        f"| GPU (run) | shape | mode | kernel | measured peak GiB | published {REFERENCE_GPU} | difference "
+        "| predicted | difference | saving over none: measured | published | difference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_shape = {(c["gpu"], c["run"], c["preset"], c["mode"]): c for c in measured}
+    savings = []
+    for cell in measured:
+        published = reference[(cell["preset"], cell["mode"])]
+        guess = predicted[("cuda", cell["preset"], cell["mode"])].peak_bytes
+        base = by_shape.get((cell["gpu"], cell["run"], cell["preset"], "none"))
+        saving = ""
+        if base is not None and cell["mode"] != "none":
+            ours = (base["peak"] - cell["peak"]) / GIB
+            theirs = (reference[(cell["preset"], "none")]["peak"] - published["peak"]) / GIB
+            savings.append(round(ours, 2) - round(theirs, 2))  # the published figures' resolution
+            saving = f"{ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f}"
+        lines.append(
+            f"| {cell['gpu']} ({cell['run']}) | {label(cell)} | {SYNTHETIC_COLUMNS[cell['mode']]} | "
+            f"{cell['attention'] or ''} | {cell['peak'] / GIB:.2f} | {published['peak'] / GIB:.2f} | "
+            f"{(cell['peak'] - published['peak']) / GIB:+.2f} | {guess / GIB:.2f} | "
+            f"{(cell['peak'] - guess) / GIB:+.2f} | " + (saving or "| |") + " |"
+        )
+    if savings:
+        lines += [
+            "",
+            f"Every mode's saving over `none`, measured against published: "
+            f"{sum(abs(d) <= 0.01 + 1e-9 for d in savings)} of {len(savings)} within 0.01 GiB, the published "
+            f"figures' resolution (largest difference {max(savings, key=abs):+.2f} GiB).",
+        ]
+    return [*lines, ""]
 
 
 def label(cell: dict) -> str:

@@ -14,6 +14,7 @@ from tests.sweep.test_store import (
     check_upgraded,
     claims_hold_one_writer_per_cell,
     first_round_database,
+    merges_a_pods_runs_once_keeping_the_latest_attempt_current,
     round_trip,
 )
 
@@ -42,6 +43,11 @@ def test_postgres_stores_80_gib_peaks(postgres_url):
 
 def test_postgres_claims_hold_one_writer_per_cell(postgres_url):
     claims_hold_one_writer_per_cell(postgres_url)
+
+
+def test_a_pods_sqlite_runs_merge_into_postgres_once_at_80_gib(postgres_url, tmp_path):
+    merges_a_pods_runs_once_keeping_the_latest_attempt_current(postgres_url, tmp_path)
+    assert rows(postgres_url, "select max(peak_bytes) from cells") == [(80 * GIB,)]
 
 
 def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):

@@ -702,3 +702,41 @@ def test_a_family_tables_plots_are_its_own_hardwares(tmp_path):
     for table_id, paths in plots.items():
         hardware = table_id.split("/")[2]
         assert [p.name for p in paths] == [f"z-image-simpletuner-families-{hardware}-turbo-1024-tokens.png"], paths
+
+
+def test_a_gpu_run_of_the_docs_sweep_lines_up_with_the_docs_columns(engine, tmp_path):
+    """sweep=packed-latents runs the docs' offloader (no prefetch), as the docs' tables record; a
+    setting of the offloader is named only where the schedule offloads, so the H200 row falls in the
+    docs' five columns instead of ten ('No checkpoint (prefetch False)' said nothing)."""
+    from sweep.config.cell import Cell, differing
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
+
+    run = store.get_or_create_run(engine, "packed-latents", "H200")
+    for mode, backend in (("none", "none"), ("layer", "torch"), ("unsloth", "unsloth")):
+        cell = Cell(
+            "synthetic", "ckptlib.synthetic.build", "docs-packed-4096", mode, backend, training="frozen",
+            offload_prefetch=False,
+        )  # fmt: skip
+        result = CellResult("ok", sec_per_step=0.07, peak_bytes=2**33)
+        store.record_cell(engine, run, cell.as_dict(), cell.key, result, shape={"tokens": 4096})
+    write_reports(engine, tmp_path / "reports", with_plots=False)
+    report = (tmp_path / "reports" / "synthetic.md").read_text()
+    [table] = [t for t in parse_tables(report, "report") if "packed-latents" in (t.heading or "")]
+    assert table.header == [
+        "Hardware",
+        "Tokens",
+        "No checkpoint",
+        "Torch FFN",
+        "Unsloth FFN",
+        "Torch layer",
+        "Unsloth layer",
+    ]
+    assert "prefetch False" in table.heading  # shared by every cell: said once, in the title
+    h200 = [dict(zip(table.header, cells)) for _, cells in table.rows if cells[0] == "H200"]
+    assert [(row["Tokens"], row["No checkpoint"], row["Unsloth layer"]) for row in h200] == [
+        ("4096", "0.0700s / 8.00 GiB", "0.0700s / 8.00 GiB")
+    ]
+    assert differing({"backend": "torch", "offload_prefetch": False}, "layer") == []
+    assert differing({"backend": "unsloth", "offload_prefetch": False}, "unsloth") == ["offload_prefetch"]
+    assert differing({"offload_prefetch": False}, "unsloth") == ["offload_prefetch"]  # published: the mode says

@@ -212,3 +212,35 @@ def test_advise_answers_from_the_imported_family_tables(tmp_path):
     assert advice.returncode == 0, advice.stderr
     assert advice.stdout.startswith("z-image turbo at 512x512: budget 21.59 GiB")
     assert "use: seg2-stride4: the fastest measured mode that fits (0.3490s/step at 16.88 GiB" in advice.stdout
+
+
+def test_a_gpu_measurement_of_the_docs_sweep_is_set_beside_the_published_row(reproduced, tmp_path):
+    """A measured CUDA run of packed-latents under the docs' offloader is compared cell by cell with
+    the H100's published peak and saving; CPU runs, LoRA cells and a prefetching unsloth are not."""
+    from sweep.config.cell import Cell
+    from sweep.report.reproduce import measured_cells, measured_report
+    from sweep.store import database as store
+    from sweep.store.results import CellResult
+
+    cells, predicted = reproduced
+    engine = store.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    assert "No measured CUDA run" in measured_report(measured_cells(engine), cells, predicted)[2]
+
+    def record(run: str, hardware: str, device: str, mode: str, backend: str, gib: float, **settings):
+        run_id = store.get_or_create_run(engine, run, hardware, device=device)
+        cell = Cell("synthetic", "ckptlib.synthetic.build", "docs-packed-4096", mode, backend, **settings)
+        result = CellResult("ok", sec_per_step=0.07, peak_bytes=int(gib * GIB))
+        store.record_cell(engine, run_id, cell.as_dict(), cell.key, result, shape={"tokens": 4096})
+
+    docs = {"training": "frozen", "offload_prefetch": False}
+    record("packed-latents", "H200", "cuda", "none", "none", 7.55, **docs)
+    record("packed-latents", "H200", "cuda", "layer", "torch", 4.38, **docs)
+    record("packed-latents", "H200", "cuda", "unsloth", "unsloth", 4.05, training="frozen")  # prefetching
+    record("packed-latents", "H200", "cuda", "unsloth-ffn", "unsloth-ffn", 5.79, offload_prefetch=False)  # LoRA
+    record("packed-latents", "CPU: x", "cpu", "none", "none", 0.01, **docs)
+    measured = measured_cells(engine)
+    assert [(c["gpu"], c["mode"]) for c in measured] == [("H200", "none"), ("H200", "layer")]
+    lines = measured_report(measured, cells, predicted)
+    [layer] = [line for line in lines if "| Torch layer |" in line]
+    assert "| 4.38 | 4.26 | +0.12 |" in layer and layer.endswith("| 3.17 | 3.17 | +0.00 |")
+    assert lines[-2].startswith("Every mode's saving over `none`, measured against published: 1 of 1 within 0.01 GiB")

@@ -26,14 +26,13 @@ CELL = {"family": "synthetic", "preset": "packed-16384", "mode": "layer", "backe
 def big_result(**values) -> CellResult:
     return CellResult(
         "ok",
-        sec_per_step=1.116,
+        **{"sec_per_step": 1.116, **values},
         peak_bytes=80 * GIB,
         peak_reserved_bytes=96 * GIB,
         first_step_peak_bytes=81 * GIB,
         host_offload_peak_bytes=40 * GIB,
         weight_bytes=24 * GIB,
         samples=[(1.2, True), (1.1, False)],
-        **values,
     )
 
 
@@ -317,3 +316,58 @@ def test_two_runs_whose_cells_interleave_resume_independently(tmp_path):
         store.record_cell(engine, run_id, CELL, key, big_result())
     assert set(store.completed_cells(engine, a)) == {"k1", "k3"}
     assert set(store.completed_cells(engine, b)) == {"k2", "k1"}
+
+
+def merges_a_pods_runs_once_keeping_the_latest_attempt_current(target_url: str, tmp_path: Path) -> None:
+    """NOTE [ Merging is idempotent ]: a pod's runs arrive whole (80 GiB peaks, samples, environment);
+    merged again they add nothing; a cell measured on both sides keeps both attempts, the later one
+    current; an id the source lacks is refused with nothing written."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from sweep.store.merge import merge_runs
+    from sweep.store.schema import CellRow
+
+    pod = store.open_store(f"sqlite:///{tmp_path / 'pod.db'}")
+    gpu = store.get_or_create_run(pod, "packed-latents", "H200", environment={"hardware": "H200", "torch": "2.11"})
+    store.record_cell(pod, gpu, CELL, "k1", big_result(), shape={"tokens": 16384, "batch": 1})
+    store.record_cell(pod, gpu, {**CELL, "mode": "none"}, "k2", big_result(sec_per_step=0.878))
+    store.finish_run(pod, gpu)
+    home = store.open_store(target_url)
+    mine = store.get_or_create_run(home, "packed-latents", "H200")
+    store.record_cell(home, mine, {**CELL, "mode": "none"}, "k2", big_result(sec_per_step=0.9))  # before the pod's
+    store.record_cell(pod, gpu, {**CELL, "mode": "none"}, "k2", big_result(sec_per_step=0.85))  # the pod's re-run
+    store.get_or_create_run(pod, "large-shape", "H200")  # a run without cells arrives too
+
+    with pytest.raises(ValueError, match="no run with id 99"):
+        merge_runs(home, pod, [gpu, 99])
+    assert [(m.new, m.added, m.present) for m in merge_runs(home, pod)] == [(False, 3, 0), (True, 0, 0)]
+    assert [(m.added, m.present) for m in merge_runs(home, pod)] == [(0, 3), (0, 0)]
+
+    cells = load_cells(home, select_runs(home)).to_dict("records")
+    current = {(c["mode"], c["sec_per_step"], c["peak_bytes"], c["tokens"]) for c in cells}
+    assert current == {("layer", 1.116, 80 * GIB, 16384), ("none", 0.85, 80 * GIB, None)}
+    with Session(home) as session:
+        attempts = session.execute(
+            select(CellRow.cell_key, CellRow.attempt, CellRow.sec_per_step, CellRow.is_current)
+            .where(CellRow.run_id == mine)
+            .order_by(CellRow.cell_key, CellRow.attempt)
+        ).all()
+        samples = [len(c.samples) for c in session.scalars(select(CellRow).where(CellRow.run_id == mine))]
+        environment = session.get(store.Run, mine).environment
+    assert attempts == [("k1", 1, 1.116, True), ("k2", 1, 0.9, False), ("k2", 2, 0.878, False), ("k2", 3, 0.85, True)]
+    assert samples == [2, 2, 2, 2] and environment == {"hardware": "H200", "torch": "2.11"}
+    pod.dispose()
+    home.dispose()
+
+
+def test_merging_a_pods_sqlite_database_is_idempotent_at_80_gib(tmp_path):
+    merges_a_pods_runs_once_keeping_the_latest_attempt_current(f"sqlite:///{tmp_path / 'home.db'}", tmp_path)
+
+
+def test_merge_refuses_its_own_database_and_a_missing_one_in_one_line(tmp_path):
+    home = tmp_path / "home.db"
+    store.open_store(str(home)).dispose()
+    for source, message in ((home, "is the database merged into"), (tmp_path / "nope.db", "no database at")):
+        done = subprocess.run([*_cli(), "merge", str(source), "--db", str(home)], capture_output=True, text=True)
+        assert done.returncode == 1 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
