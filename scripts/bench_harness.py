@@ -1,11 +1,16 @@
 """Harness overhead per cell: everything but the warmup and measured steps.
 
-    python scripts/bench_harness.py [--cells 12]
+    python scripts/bench_harness.py [--cells 12] [--warmup-steps 2] [--against REV] [--rounds 2]
 
 Runs one multirun of tiny synthetic cells (each still in its own child process) into a scratch
 database, then reads per cell: wall time seen by the parent (fork, build, apply, steps, result
 hand-back, teardown) minus the sum of its step samples. The first cell also pays the fork
-server's start (torch, peft imported once) and is reported separately.
+server's start (torch, peft imported once) and is reported separately. With two warmup steps or more
+a cell watches its last warmup step for its attention kernels and CPU peak (NOTE [ What the last
+warmup step watches ] in sweep/run/scenarios/measure.py); with one it runs two passes of its own.
+
+`--against REV` measures a git revision's checkout (a temporary worktree) too, alternated with this
+one for `--rounds` rounds, so both see the same host load.
 """
 
 from __future__ import annotations
@@ -23,13 +28,11 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cells", type=int, default=12)
-    args = parser.parse_args()
+def measure(checkout: Path, cells: int, warmup_steps: int) -> tuple[float, list[float]]:
+    """(the whole command's seconds, each cell's overhead in recorded order) of one sweep run from `checkout`."""
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "bench.db"
-        tokens = ",".join(str(16 + i) for i in range(args.cells))
+        tokens = ",".join(str(16 + i) for i in range(cells))
         command = [
             sys.executable,
             "-m",
@@ -39,13 +42,13 @@ def main() -> None:
             "preset=tiny",
             "mode=layer",
             f"+shape.tokens={tokens}",
-            "measure.warmup_steps=1",
+            f"measure.warmup_steps={warmup_steps}",
             "measure.steps=2",
             f"db.url=sqlite:///{db}",
             f"hydra.sweep.dir={scratch}/multirun",
         ]
         tic = time.perf_counter()
-        subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(command, cwd=checkout, check=True, capture_output=True)
         total = time.perf_counter() - tic
         with create_engine(f"sqlite:///{db}").connect() as connection:
             rows = connection.execute(
@@ -54,11 +57,36 @@ def main() -> None:
                     "group by c.id order by c.recorded_at"
                 )
             ).all()
-    overheads = [wall - steps for wall, steps in rows]
-    print(f"{len(rows)} cells, whole command {total:.1f} s (interpreter start, Hydra, fork server included)")
-    print(f"first cell overhead {overheads[0]:.3f} s (starts the fork server)")
-    rest = overheads[1:]
-    print(f"other cells: median overhead {statistics.median(rest):.3f} s, max {max(rest):.3f} s (target <= 0.5 s)")
+    return total, [wall - steps for wall, steps in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", type=int, default=12)
+    parser.add_argument("--warmup-steps", type=int, default=2, help="per cell (default 2; the harness's is 5)")
+    parser.add_argument("--against", help="a git revision measured too, alternated with this checkout")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations with --against (default 2)")
+    args = parser.parse_args()
+    checkouts = {"this checkout": ROOT}
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.against:
+            worktree = Path(scratch) / "against"
+            subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.against], cwd=ROOT, check=True)
+            checkouts[args.against] = worktree
+        try:
+            for round_ in range(args.rounds if args.against else 1):
+                for name, checkout in checkouts.items():
+                    total, overheads = measure(checkout, args.cells, args.warmup_steps)
+                    rest = overheads[1:]
+                    print(
+                        f"round {round_ + 1}, {name}: {len(overheads)} cells, whole command {total:.1f} s; first cell "
+                        f"overhead {overheads[0]:.3f} s (starts the fork server); other cells: median overhead "
+                        f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s",
+                        flush=True,
+                    )
+        finally:
+            if args.against:
+                subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
 
 
 if __name__ == "__main__":

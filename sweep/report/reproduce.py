@@ -145,8 +145,9 @@ def measured_report(measured: list[dict], cells: list[dict], predicted: dict) ->
         if base is not None and cell["mode"] != "none":
             ours = (base["peak"] - cell["peak"]) / GIB
             theirs = (reference[(cell["preset"], "none")]["peak"] - published["peak"]) / GIB
-            savings.append(round(ours, 2) - round(theirs, 2))  # the published figures' resolution
-            saving = f"{ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f}"
+            difference = round(round(ours, 2) - round(theirs, 2), 2) + 0.0  # the published resolution; no -0.00
+            savings.append(difference)
+            saving = f"{ours:.2f} | {theirs:.2f} | {difference:+.2f}"
         lines.append(
             f"| {cell['gpu']} ({cell['run']}) | {label(cell)} | {SYNTHETIC_COLUMNS[cell['mode']]} | "
             f"{cell['attention'] or ''} | {cell['peak'] / GIB:.2f} | {published['peak'] / GIB:.2f} | "

@@ -26,7 +26,7 @@ from sweep.vocabulary import RETRYABLE, JobOutcome, Status
 from . import interruption, isolation, quiet
 from .compose_once import compose_each_job_once
 from .cpu_guard import gpu_sweep_warning
-from .preflight import SweepConfigError, expand_jobs, job_value, override_problems, validate
+from .preflight import SweepConfigError, expand_jobs, job_value, launcher, override_problems, validate
 
 active = None  # the sweep this process is showing (set at its start): for phases and interruptions
 # How the end of a sweep shows each run it wrote (engine, run id) -> text: the docs' matrix, set by
@@ -157,8 +157,8 @@ class SweepCallback(Callback):
             )
             self.task = self.progress.add_task("cells", total=self.total, counts="")
             self.progress.start()
-        if self.first_builder and "BasicLauncher" in str(config.hydra.launcher.get("_target_", "")):
-            isolation.start_fork_server(self.first_builder)  # the cells run in this process's children
+        if self.first_builder and launcher(config) is None:  # Hydra's own: cells are this process's children
+            isolation.start_fork_server(self.first_builder)
 
     def __getstate__(self) -> dict:
         # Launchers ship the callbacks to each job's process (Ray pickles them): a console and a live
