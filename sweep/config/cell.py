@@ -201,15 +201,16 @@ def cell_from_config(cfg) -> Cell:
 def wired_regions(values: dict[str, Any]) -> str:
     """What a cell's interval groups when its mode does not say: what SimpleTuner's model of the
     family groups (ckptlib.families.Family.interval_regions); segments for any other model."""
-    from ckptlib.families import all_families  # imports torch: only where a cell is made
-
-    family = all_families().get(values.get("family"))
-    wiring = family.interval_regions if family is not None else default("regions")
     try:
         config = CheckpointConfig(values["backend"], interval=values.get("interval"))
     except ValueError:
         return default("regions")  # an invalid mode is recorded as such, whatever it groups
-    return as_wired(config, wiring).regions
+    if as_wired(config, "blocks") == as_wired(config, "segments"):  # no interval of blocks: no wiring applies
+        return config.regions
+    from ckptlib.families import all_families  # imports torch: only where a family's wiring decides
+
+    family = all_families().get(values.get("family"))
+    return as_wired(config, family.interval_regions if family is not None else default("regions")).regions
 
 
 # Fields a typed config may leave None, resolved from the cell's other values.
