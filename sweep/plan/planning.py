@@ -344,9 +344,12 @@ def describe_outcome(
 def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch) -> list[str]:
     """For a schedule SimpleTuner cannot express (a cut of the blocks), the fastest fitting one it
     can: every block, under the same keys."""
-    whole = [c for c in plan.fitting(request.budget_bytes) if c.config.blocks is None or not c.config.checkpoints]
+    whole = [c for c in plan.fitting(request.budget_bytes) if not simpletuner_gaps(c.config)]
     if not whole:
-        return ["  SimpleTuner can express no fitting schedule: every one that fits checkpoints only some blocks"]
+        return [
+            "  SimpleTuner can express no fitting schedule: every one that fits checkpoints only some blocks "
+            "or offloads attention outside recomputed blocks only"
+        ]
     best = whole[0]
     return [
         f"fastest schedule SimpleTuner can express: {describe(best.config)}, predicted "
@@ -387,9 +390,24 @@ def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | N
     return lines
 
 
+def simpletuner_gaps(config: CheckpointConfig) -> list[str]:
+    """What of `config` SimpleTuner's keys cannot say: a cut of the blocks, and attention offload
+    outside recomputed blocks only (its `gradient_checkpointing_offload_attention` offloads inside
+    them too, which holds more: NOTE [ Attention offload inside a region ] in ckptlib/wiring.py)."""
+    gaps = []
+    if config.checkpoints and config.blocks is not None:
+        gaps.append(f"checkpointing the {_blocks(config)} only: it checkpoints every block")
+    if config.offload_attention and config.checkpoints and not config.offload_attention_in_regions:
+        gaps.append(
+            "attention offload outside recomputed blocks only: its gradient_checkpointing_offload_attention "
+            "offloads inside them too, which holds more"
+        )
+    return gaps
+
+
 def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
-    """The schedule, and the base precision it was planned with, as SimpleTuner's config keys; a
-    cut SimpleTuner has no key for is said so."""
+    """The schedule, and the base precision it was planned with, as SimpleTuner's config keys; what
+    SimpleTuner has no key for is said so, and left out of the keys."""
     base = (
         dict(QUANTIZATIONS[quantization].simpletuner)
         if quantization != "none"
@@ -402,14 +420,12 @@ def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
             keys["gradient_checkpointing_interval"] = config.interval
         if config.stride:
             keys["gradient_checkpointing_segment_stride"] = config.stride
-    if config.offload_attention:
+    if config.offload_attention and (config.offload_attention_in_regions or not config.checkpoints):
         keys["gradient_checkpointing_offload_attention"] = True
     import json
 
-    text = json.dumps(keys)
-    if config.checkpoints and config.blocks is not None:
-        text += f" (SimpleTuner has no key for checkpointing the {_blocks(config)} only: it checkpoints every block)"
-    return text
+    gaps = simpletuner_gaps(config)
+    return json.dumps(keys) + (f" (SimpleTuner has no key for {'; nor for '.join(gaps)})" if gaps else "")
 
 
 def cell_overrides(request: Request) -> list[str]:

@@ -64,19 +64,25 @@ def test_a_budget_below_the_smallest_peak_says_how_far_off_the_closest_is_in_the
 @pytest.mark.parametrize(
     "config",
     [
-        CheckpointConfig("torch", interval=2, stride=4, offload_attention=True),
+        CheckpointConfig("torch", interval=2, stride=4, offload_attention=True, offload_attention_in_regions=True),
+        CheckpointConfig("torch", interval=2, offload_attention=True),
         CheckpointConfig("unsloth-ffn", blocks=5),
-        CheckpointConfig("torch", blocks=(1, 3)),
+        CheckpointConfig("torch", blocks=(1, 3), offload_attention=True),
     ],
 )
 def test_the_schedule_is_written_as_simpletuner_keys_an_override_and_a_ckptlib_line(config):
+    """SimpleTuner's gradient_checkpointing_offload_attention offloads inside recomputed blocks too:
+    it is written only for that schedule, and the planner's cheaper variant is said to have no key."""
     assert eval(ckptlib_line(config), {"ckptlib": ckptlib}) == config
-    keys = json.loads(simpletuner(config).split(" (")[0])
+    written = simpletuner(config)
+    keys = json.loads(written.split(" (")[0])
     assert keys["gradient_checkpointing_backend"] == config.backend
     assert keys.get("gradient_checkpointing_interval") == config.interval
     assert keys.get("gradient_checkpointing_segment_stride") == config.stride
-    assert keys.get("gradient_checkpointing_offload_attention", False) == config.offload_attention
-    assert ("has no key for" in simpletuner(config)) == (config.blocks is not None)
+    assert keys.get("gradient_checkpointing_offload_attention", False) == config.offload_attention_in_regions
+    assert ("only: it checkpoints every block" in written) == (config.blocks is not None)
+    plain_offload = config.offload_attention and not config.offload_attention_in_regions
+    assert ("attention offload outside recomputed blocks only" in written) == plain_offload
     assert "mode.backend=" + config.backend in run_override(config)
     assert keys["base_model_precision"] == "no_change"
 
@@ -105,8 +111,14 @@ def test_a_cut_simpletuner_cannot_express_comes_with_the_fastest_schedule_it_can
         return Candidate(config, Estimate({"step": peak_mib * MIB}, 1, 0, 0), seconds, interpolated=False)
 
     cut, whole = CheckpointConfig("torch", blocks=11), CheckpointConfig("torch", interval=2, stride=4)
+    offloaded = CheckpointConfig("torch", interval=2, offload_attention=True)  # SimpleTuner's key means more
     plan = ScheduleSearch(
-        [candidate(CheckpointConfig("none"), 30, 1.0), candidate(cut, 20, 1.1), candidate(whole, 22, 1.2)],
+        [
+            candidate(CheckpointConfig("none"), 30, 1.0),
+            candidate(cut, 20, 1.1),
+            candidate(offloaded, 21, 1.15),
+            candidate(whole, 22, 1.2),
+        ],
         baseline=None,
     )
     planned = Request("synthetic", "ckptlib.synthetic.build", "tiny", 24 * MIB, "24 MiB", quantization="int8-sdnq")
