@@ -336,14 +336,13 @@ def describe_outcome(
         "  measure it: " + run_command(request, recommended.config),
         "  ckptlib: " + ckptlib_line(recommended.config),
     ]
-    if recommended.config.checkpoints and recommended.config.blocks is not None:
+    if simpletuner_gaps(recommended.config):
         lines += _expressible_in_simpletuner(request, plan)
     return lines
 
 
 def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch) -> list[str]:
-    """For a schedule SimpleTuner cannot express (a cut of the blocks), the fastest fitting one it
-    can: every block, under the same keys."""
+    """For a schedule SimpleTuner cannot express (simpletuner_gaps), the fastest fitting one it can."""
     whole = [c for c in plan.fitting(request.budget_bytes) if not simpletuner_gaps(c.config)]
     if not whole:
         return [

@@ -133,6 +133,8 @@ def test_a_cut_simpletuner_cannot_express_comes_with_the_fastest_schedule_it_can
         "gradient_checkpointing_segment_stride": 4,
     }
     assert lines[at + 2] == "  measure it: " + run_command(planned, whole)
+    lines = describe_outcome(planned, plan, assumed_throughput("cuda", "pcie5"), plan.candidates[2], None)
+    assert any(line.startswith(f"fastest schedule SimpleTuner can express: {describe(whole)}") for line in lines)
 
 
 def test_the_printed_run_line_measures_exactly_the_planned_cell(tmp_path):
