@@ -9,6 +9,7 @@ on the result pipe and the child's sentinel (no polling) and never raises for an
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import multiprocessing as mp
@@ -91,9 +92,10 @@ def run_isolated(task, args: tuple, timeout_s: float, builder_module: str, on_ph
     log = os.environ.get(quiet.LOG_ENV)  # this sweep's log: the fork server may have started for an earlier one
     child = ctx.Process(target=child_main, args=(sender, task, args, visible, log, on_phase is not None), daemon=True)
     started = time.perf_counter()
-    child.start()
-    sender.close()
     try:
+        with _interrupts_held():  # one that came while the child was being made lands below, with it known
+            child.start()
+        sender.close()
         result = _await(child, receiver, timeout_s, on_phase)
     finally:  # an interrupt lands here too: the child never outlives its parent
         if child.is_alive():
@@ -102,6 +104,23 @@ def run_isolated(task, args: tuple, timeout_s: float, builder_module: str, on_ph
         receiver.close()
     result.timings["wall_s"] = time.perf_counter() - started
     return result
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """SIGINT and SIGTERM wait while the block runs (in the main thread; elsewhere Python takes no
+    signals): a Ctrl-C inside `Process.start()` would leave a started child its parent cannot name."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _await(child, receiver, timeout_s: float, on_phase) -> CellResult:

@@ -97,12 +97,16 @@ def start_sweep(db: Path, *overrides: str, extra_env: dict | None = None) -> sub
 
 
 def session_processes(session: int) -> list[str]:
-    """Processes still alive in a session (`ps`), as 'pid command' lines."""
+    """Processes still alive in a session (`ps`), as 'pid command' lines. A zombie is not alive, nor
+    is a process `ps` shows as `[python3]`: its command line is gone with its memory, so it is in the
+    middle of exiting (the multiprocessing resource tracker ends when the sweep that started it has,
+    and nobody waits for it)."""
     listing = subprocess.run(["ps", "-e", "-ww", "-o", "sid=,pid=,stat=,args="], capture_output=True, text=True).stdout
+    rows = [line.split(maxsplit=3) for line in listing.splitlines()]
     return [
-        " ".join(line.split()[1:])
-        for line in listing.splitlines()
-        if line.split()[0] == str(session) and not line.split()[2].startswith("Z")
+        f"{pid} {stat} {args}"
+        for sid, pid, stat, args in (row for row in rows if len(row) == 4)
+        if sid == str(session) and not stat.startswith("Z") and not (args.startswith("[") and args.endswith("]"))
     ]
 
 
