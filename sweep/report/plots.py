@@ -27,7 +27,7 @@ from ckptlib.units import GIB, unit_for  # noqa: E402
 from sweep.machine.cards import PLOTTED, card_bytes  # noqa: E402
 from sweep.vocabulary import Provenance, Status  # noqa: E402
 
-from .matrices import mode_label, precision  # noqa: E402
+from .matrices import describe_setting, mode_label, precision, shared_run_settings  # noqa: E402
 from .text import slug  # noqa: E402
 
 MARKERS = "osD^vP*X"
@@ -195,13 +195,20 @@ def memory_plot(points: pd.DataFrame, title: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _point_labels(points: pd.DataFrame) -> pd.Series:
-    """A point's mode as its table heads it (the docs' synthetic names), with any variant."""
-    labels = [  # the marker says the precision
-        mode_label(family, mode, config, shown_elsewhere=("dtype",))
+def _point_labels(points: pd.DataFrame, titled: tuple[str, ...] = ()) -> pd.Series:
+    """A point's mode as its table heads it (the docs' synthetic names), with any variant but the
+    settings the title says (`titled`) and the precision (the marker says it)."""
+    labels = [
+        mode_label(family, mode, config, shown_elsewhere=("dtype", *titled))
         for family, mode, config in zip(points["family"], points["mode"], points["config"])
     ]
     return pd.Series(labels, index=points.index)
+
+
+def _titled(points: pd.DataFrame, title_words: list[str]) -> tuple[str, ...]:
+    """The run settings every point shares and the title already says."""
+    shared = shared_run_settings(points["config"])
+    return tuple(name for name, value in shared.items() if describe_setting(name, value) in title_words)
 
 
 def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path, progress=None) -> dict[str, list[Path]]:
@@ -235,6 +242,7 @@ def matrix_plots(cells: pd.DataFrame, matrices, out_dir: Path, progress=None) ->
                 published = " (published by the docs)" if set(points["provenance"]) == {Provenance.PUBLISHED} else ""
                 shared = "; " + ", ".join(w for w in matrix.shared if w != count) if matrix.shared else ""
                 title = f"{matrix.family} {preset}{f', {count}' if count else ''} on {hardware}{published}{shared}"
+                points = points.assign(label=_point_labels(points, _titled(points, matrix.shared)))
                 path = draw(points, title, out_dir / f"{name}.png")
                 plots.setdefault(matrix.table_id, []).append(path)
     return plots

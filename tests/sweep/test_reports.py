@@ -704,7 +704,7 @@ def test_a_family_tables_plots_are_its_own_hardwares(tmp_path):
         assert [p.name for p in paths] == [f"z-image-simpletuner-families-{hardware}-turbo-1024-tokens.png"], paths
 
 
-def test_a_gpu_run_of_the_docs_sweep_lines_up_with_the_docs_columns(engine, tmp_path):
+def test_a_gpu_run_of_the_docs_sweep_lines_up_with_the_docs_columns(engine, tmp_path, monkeypatch):
     """sweep=packed-latents runs the docs' offloader (no prefetch), as the docs' tables record; a
     setting of the offloader is named only where the schedule offloads, so the H200 row falls in the
     docs' five columns instead of ten ('No checkpoint (prefetch False)' said nothing)."""
@@ -740,3 +740,12 @@ def test_a_gpu_run_of_the_docs_sweep_lines_up_with_the_docs_columns(engine, tmp_
     assert differing({"backend": "torch", "offload_prefetch": False}, "layer") == []
     assert differing({"backend": "unsloth", "offload_prefetch": False}, "unsloth") == ["offload_prefetch"]
     assert differing({"offload_prefetch": False}, "unsloth") == ["offload_prefetch"]  # published: the mode says
+
+    from sweep.report import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "tradeoff_plot", lambda points, title, path: drawn.update({title: set(points["label"])}))
+    cells = load_cells(engine)
+    plots.matrix_plots(cells, build_matrices(cells), tmp_path / "plots")
+    [(title, labels)] = [(t, labels) for t, labels in drawn.items() if "on H200" in t]
+    assert title.endswith("prefetch False") and labels == {"No checkpoint", "Torch layer", "Unsloth layer"}
