@@ -18,6 +18,7 @@ from sweep.machine.cards import HOST_LINKS
 from sweep.store.query import load_cells
 from sweep.vocabulary import Provenance, Status
 
+from .matrices import recorded_setting
 from .published import DOCS_TABLES, parse_file
 from .text import SYNTHETIC_COLUMNS
 
@@ -88,15 +89,13 @@ def measured_cells(engine) -> list[dict]:
     published = {(c["preset"], c["mode"]) for c in published_cells()}
     cells = []
     for row in frame.itertuples():
-        prefetch = (row.config or {}).get("offload_prefetch", True) if isinstance(row.config, dict) else True
-        docs_offloader = not MODES[row.mode].uses_offload or prefetch is False
         if (
             row.provenance == Provenance.MEASURED
             and row.kind == "cuda"
             and row.status == Status.OK
             and (row.preset, row.mode) in published
             and row.training == "frozen"
-            and docs_offloader
+            and (not MODES[row.mode].uses_offload or recorded_setting(row.config, "offload_prefetch") is False)
         ):
             cells.append(
                 {
