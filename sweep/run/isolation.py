@@ -108,15 +108,9 @@ def run_isolated(task, args: tuple, timeout_s: float, builder_module: str, on_ph
 
 @contextlib.contextmanager
 def _interrupts_held():
-    """SIGINT and SIGTERM wait while the block runs (in the main thread; elsewhere Python takes no
-    signals): a Ctrl-C inside `Process.start()` would leave a started child its parent cannot name."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    """SIGINT and SIGTERM wait, for this thread, while the block runs: a Ctrl-C inside
+    `Process.start()` would leave a started child its parent cannot name."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
