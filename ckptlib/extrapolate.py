@@ -283,7 +283,9 @@ def _copy_modules(module: torch.nn.Module, memo: dict[int, object]) -> torch.nn.
     for name, value in module.__dict__.items():
         if name == "_modules":
             state[name] = {k: None if m is None else _copy_modules(m, memo) for k, m in value.items()}
-        elif name in ("_parameters", "_buffers"):
+        elif name == "_parameters":
+            state[name] = {k: _copied_parameter(p, memo) for k, p in value.items()}
+        elif name == "_buffers":
             state[name] = {k: None if t is None else copy.deepcopy(t, memo) for k, t in value.items()}
         elif isinstance(value, _IMMUTABLE):
             state[name] = value
@@ -293,6 +295,15 @@ def _copy_modules(module: torch.nn.Module, memo: dict[int, object]) -> torch.nn.
             state[name] = copy.deepcopy(value, memo)
     clone.__dict__.update(state)
     return clone
+
+
+def _copied_parameter(param: torch.nn.Parameter | None, memo: dict[int, object]) -> torch.nn.Parameter | None:
+    """A trainable parameter copied (a step gives it a gradient and hooks); a frozen meta one
+    shared: no step writes it, and each prediction's tracker registers its storage afresh (a
+    quantized base's subclass weights were a third of the copy's time)."""
+    if param is None or (param.is_meta and not param.requires_grad):
+        return param
+    return copy.deepcopy(param, memo)
 
 
 _IMMUTABLE = (bool, int, float, str, type(None), torch.dtype, torch.device)

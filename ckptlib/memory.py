@@ -1,10 +1,11 @@
-"""Peak live tensor bytes of one device, for CPU runs where there is no allocator peak counter,
-and for predictions on the meta device where nothing is allocated at all.
+"""Peak live tensor bytes of one device, for CPU runs where there is no allocator peak counter, and for
+predictions on the meta device where nothing is allocated at all.
 
-A TorchDispatchMode sees every tensor an op returns; a finalizer on each new storage subtracts its
-bytes when the storage dies (what torch.distributed._tools.mem_tracker does, without its
-one-iteration-per-module restriction). Each storage carries a category, and the split by
-category is kept at the peak.
+A TorchDispatchMode sees every tensor an op returns; a weak reference to each new storage subtracts
+its bytes when the storage dies (what torch.distributed._tools.mem_tracker does, without its
+one-iteration-per-module restriction). The references are the tracker's own, not finalizers: a storage
+that outlives the tracker (a weight shared by many predictions) does not keep it alive. Each storage
+carries a category, and the split by category is kept at the peak.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ CATEGORIES = ("parameters", "gradients", "optimizer", "inputs", "activations", "
 # its device (FakeTensor: six in ten of a fake step's ops) the question comes to every dispatch mode
 # as prim.device. It allocates nothing, and `.device` answers it without the modes below this one
 # (the subclass's own property).
-_DEVICE_QUERY = torch.ops.prim.device.default
+DEVICE_QUERY = torch.ops.prim.device.default
 
 
 def plain_tensors(tensor: torch.Tensor):
@@ -95,7 +96,7 @@ class LiveTensorTracker(TorchDispatchMode):
         self.phase: str | None = None  # forces the category of new storages (the optimizer step)
         self.stage = "forward"  # where the step is (step_peak names them); each stage's peak is kept
         self.peak_by_stage: dict[str, int] = {}
-        self._entries: dict[int, tuple[int, str]] = {}  # storage id -> (bytes, category)
+        self._entries: dict[int, tuple[int, str, weakref.ref]] = {}  # storage id -> (bytes, category, watch)
 
     def track(self, *tensors: torch.Tensor, category: str = "inputs") -> None:
         for t in tensors:
@@ -106,13 +107,13 @@ class LiveTensorTracker(TorchDispatchMode):
         """A storage turned out to be something else (a gradient the backward produced)."""
         key = storage_id(tensor)
         if key in self._entries:
-            size, old = self._entries[key]
-            self._entries[key] = (size, category)
+            size, old, watch = self._entries[key]
+            self._entries[key] = (size, category, watch)
             self.live_by_category[old] -= size
             self.live_by_category[category] += size
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is _DEVICE_QUERY:  # NOTE [ Device queries ]
+        if func is DEVICE_QUERY:  # NOTE [ Device queries ]
             return args[0].device
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -140,7 +141,7 @@ class LiveTensorTracker(TorchDispatchMode):
         if key in self._entries:
             return
         size = -(-storage.nbytes() // self.round_to) * self.round_to
-        self._entries[key] = (size, category)
+        self._entries[key] = (size, category, weakref.ref(storage, lambda _, key=key: self._release(key)))
         self.live_bytes += size
         self.live_by_category[category] += size
         if self.live_bytes > self.peak_bytes:
@@ -148,10 +149,9 @@ class LiveTensorTracker(TorchDispatchMode):
             self.peak_by_category = dict(self.live_by_category)
         if self.live_bytes > self.peak_by_stage.get(self.stage, 0):
             self.peak_by_stage[self.stage] = self.live_bytes
-        weakref.finalize(storage, self._release, key)
 
     def _release(self, key: int) -> None:
-        size, category = self._entries.pop(key, (0, None))
+        size, category, _ = self._entries.pop(key, (0, None, None))
         self.live_bytes -= size
         if category is not None:
             self.live_by_category[category] -= size

@@ -39,7 +39,16 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 
 from .config import CheckpointConfig
 from .devices import DeviceModel, device_model
-from .memory import CATEGORIES, LiveTensorTracker, plain_tensors, step_peak, storage_id, tensors_in, untracked
+from .memory import (
+    CATEGORIES,
+    DEVICE_QUERY,
+    LiveTensorTracker,
+    plain_tensors,
+    step_peak,
+    storage_id,
+    tensors_in,
+    untracked,
+)
 from .streams import ModelledStreams
 from .wiring import apply
 from .workload import Workload, adamw_for
@@ -296,7 +305,13 @@ class StepCounter(LiveTensorTracker):
         kwargs = kwargs or {}
         key = None if self.cache is None else self.cache.key(func, args, kwargs)
         if key is None:
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            # not super().__torch_dispatch__: the base class's is wrapped to disable dynamo, whose
+            # wrapper costs more than most meta ops (_COMPILES_NOTHING)
+            if func is DEVICE_QUERY:  # NOTE [ Device queries ]
+                return args[0].device
+            out = func(*args, **kwargs)
+            self.observe(func, args, kwargs, out)
+            return out
         known = self.cache.lookup(key, args)
         if known is not None:
             out, flops = known

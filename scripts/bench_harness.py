@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from alternate import checkouts
 from sqlalchemy import create_engine, text
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(checkout: Path, cells: int, warmup_steps: int) -> tuple[float, list[float]]:
@@ -67,26 +66,17 @@ def main() -> None:
     parser.add_argument("--against", help="a git revision measured too, alternated with this checkout")
     parser.add_argument("--rounds", type=int, default=2, help="alternations with --against (default 2)")
     args = parser.parse_args()
-    checkouts = {"this checkout": ROOT}
-    with tempfile.TemporaryDirectory() as scratch:
-        if args.against:
-            worktree = Path(scratch) / "against"
-            subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.against], cwd=ROOT, check=True)
-            checkouts[args.against] = worktree
-        try:
-            for round_ in range(args.rounds if args.against else 1):
-                for name, checkout in checkouts.items():
-                    total, overheads = measure(checkout, args.cells, args.warmup_steps)
-                    rest = overheads[1:]
-                    print(
-                        f"round {round_ + 1}, {name}: {len(overheads)} cells, whole command {total:.1f} s; first cell "
-                        f"overhead {overheads[0]:.3f} s (starts the fork server); other cells: median overhead "
-                        f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s",
-                        flush=True,
-                    )
-        finally:
-            if args.against:
-                subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+    with checkouts(args.against) as found:
+        for round_ in range(args.rounds if args.against else 1):
+            for name, checkout in found.items():
+                total, overheads = measure(checkout, args.cells, args.warmup_steps)
+                rest = overheads[1:]
+                print(
+                    f"round {round_ + 1}, {name}: {len(overheads)} cells, whole command {total:.1f} s; first cell "
+                    f"overhead {overheads[0]:.3f} s (starts the fork server); other cells: median overhead "
+                    f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

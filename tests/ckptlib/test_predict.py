@@ -162,6 +162,42 @@ def test_the_trackers_answer_the_engines_device_queries_and_count_flops_without_
     assert counter.flops == reference.get_total_flops() > 0
 
 
+def test_a_storage_that_outlives_its_tracker_keeps_neither_the_tracker_nor_a_stale_count():
+    """A plan's predictions share the frozen weights (ShallowPredictor's copies): each tracker
+    registers them, and none may stay alive through them (finalizers would keep every one)."""
+    import gc
+    import weakref
+
+    from ckptlib.memory import LiveTensorTracker
+
+    weight = torch.empty(1024, device="meta")
+    trackers = []
+    for _ in range(3):
+        with LiveTensorTracker("meta") as tracker:
+            tracker.track(weight, category="parameters")
+            activation = weight * 2
+            assert tracker.live_bytes == 2 * weight.untyped_storage().nbytes()
+            del activation
+            assert tracker.live_bytes == weight.untyped_storage().nbytes()  # the activation's release counted
+        trackers.append(weakref.ref(tracker))
+        del tracker
+    gc.collect()
+    assert [alive() for alive in trackers] == [None, None, None]
+
+
+def test_shallow_copies_share_frozen_meta_weights_and_copy_trainable_ones():
+    from ckptlib.extrapolate import ShallowPredictor
+
+    predictor = ShallowPredictor(synthetic.build, "cuda", preset="tiny", training="lora")
+    first, second = (predictor._copy(dict(predictor.sizes))().model for _ in range(2))
+    pairs = list(zip(first.parameters(), second.parameters(), strict=True))
+    frozen = [(a, b) for a, b in pairs if not a.requires_grad]
+    trainable = [(a, b) for a, b in pairs if a.requires_grad]
+    assert frozen and trainable
+    assert all(a is b for a, b in frozen)
+    assert all(a is not b for a, b in trainable)
+
+
 @pytest.mark.long
 def test_simpletuners_attention_offload_keeps_each_forwarded_blocks_dropout_masks_on_the_device():
     """NOTE [ Attention offload inside a region ]: offloaded inside recomputed blocks, the attention's
