@@ -326,6 +326,10 @@ def plan_verb(args: list[str]) -> None:
     parser.add_argument("--steps", type=int, default=VERIFY_STEPS, help="--verify: timed steps per cell and round")
     parser.add_argument("--out", default="reports", help="folder for the frontier's PNG (default reports/)")
     options = parser.parse_args(args)
+    try:
+        vram, margin = _card(options)  # before the imports below: a mistyped card is told at once
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: {error}")
     from ckptlib.units import format_bytes
     from sweep.config.builders import BuilderError, builder_default_preset, import_builder
     from sweep.plan.planning import Request, check_quantization, make_plan, plot_name, store
@@ -337,7 +341,6 @@ def plan_verb(args: list[str]) -> None:
         check_quantization(quantization)
         target = options.builder or _builder_path(options.family)
         preset = options.preset or builder_default_preset(import_builder(target)) or "default"
-        vram, margin = _card(options)
         card = options.card or f"{format_bytes(vram)} card"
         request = Request(
             options.family, target, preset, vram, card, options.training,

@@ -91,9 +91,17 @@ def check_margin(margin: float) -> float:
 
 
 def card_bytes(name: str) -> int:
-    """A card by name (`RTX 4090`, `L40S`, `H100 80GB`, `H200`; case and spaces aside)."""
-    key = "".join(name.lower().split())
-    for card, mib in CARDS_MIB.items():
-        if "".join(card.lower().split()) == key:
-            return mib * MIB
+    """A card by name (`RTX 4090`, `L40S`, `H100 80GB`, `H200`; case and spaces aside), or by the
+    start of one name (`H100`, `4090`: the one card it names; `A100` names two and is refused)."""
+    key = _squeezed(name)
+    exact = [card for card in CARDS_MIB if _squeezed(card) == key]
+    found = exact or [card for card in CARDS_MIB if key and key in _squeezed(card)]
+    if len(found) == 1:
+        return CARDS_MIB[found[0]] * MIB
+    if found:
+        raise ValueError(f"card {name!r} names {' and '.join(found)}: say which (or give --vram)")
     raise ValueError(f"unknown card {name!r}; known: {', '.join(CARDS_MIB)} (or give --vram)")
+
+
+def _squeezed(name: str) -> str:
+    return "".join(name.lower().split())

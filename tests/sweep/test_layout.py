@@ -127,8 +127,8 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
 
 
 def test_the_verbs_that_read_results_import_no_torch():
-    """advise and runs read the database and print, and plan's help lists its options: torch (2 s of
-    imports) is not theirs to load.
+    """advise and runs read the database and print, plan's help lists its options and plan refuses
+    a card it does not know: torch (2 s of imports) is not theirs to load.
     ckptlib's names are imported on first use; its units, configs, modes, quantization registry and
     device models, and sweep's cell fields, import no torch."""
     import subprocess
@@ -136,14 +136,16 @@ def test_the_verbs_that_read_results_import_no_torch():
 
     db = f"sqlite:///{ROOT / 'results.db'}"  # the shipped one, read only
     advise = ["advise", "--family", "synthetic", "--preset", "docs-large", "--card", "RTX 4090", "--db", db]
+    bad_plan = ["plan", "--family", "flux1", "--card", "TPU v5", "--db", db]
     script = (
         "import sys\nfrom sweep import cli\n"
         "from ckptlib import TRAINING_MODES, available_host_bytes\n"
         "from ckptlib.names import ATTENTION_BACKENDS\n"
-        f"for verb in ({advise!r}, ['runs', '--db', {db!r}], ['plan', '--help']):\n"
-        "    try:\n        cli.main(verb)\n    except SystemExit:\n        pass\n"
+        f"for verb in ({advise!r}, ['runs', '--db', {db!r}], ['plan', '--help'], {bad_plan!r}):\n"
+        "    try:\n        cli.main(verb)\n    except SystemExit as stop:\n        print(stop.code)\n"
         "print(sorted(m for m in ('torch', 'peft', 'diffusers') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "use: none (no checkpointing)" in done.stdout  # advise read the cells and chose
+    assert "unknown card 'TPU v5'" in done.stdout
     assert done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr

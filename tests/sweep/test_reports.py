@@ -331,6 +331,7 @@ def test_advise_rejects_unknown_input():
             "--margin is a share of the card to keep free, from 0 to under 1; got -0.5",
         ),
         (["--card", "TPU v5"], "unknown card 'TPU v5'; known: RTX 3090"),
+        (["--card", "A100"], "card 'A100' names A100 40GB and A100 80GB: say which (or give --vram)"),
     ],
 )
 def test_advise_refuses_bad_cards_and_margins(engine, tmp_path, args, message):
@@ -359,6 +360,7 @@ def test_advise_takes_a_card_by_name_and_never_ranks_activation_offload_above_la
     from sweep.machine.cards import card_bytes
 
     assert card_bytes("h100 80gb") == 81559 * 2**20 and card_bytes("RTX 4090") == 24564 * 2**20
+    assert card_bytes("H100") == card_bytes("H100 80GB") and card_bytes("4090") == card_bytes("RTX 4090")
     # Predictions only: activation-offload predicts what layer does (its attention offload is skipped).
     cells = (
         pd.DataFrame(
