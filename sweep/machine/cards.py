@@ -91,8 +91,8 @@ def check_margin(margin: float) -> float:
 
 
 def card_bytes(name: str) -> int:
-    """A card by name (`RTX 4090`, `L40S`, `H100 80GB`, `H200`; case and spaces aside), or by the
-    start of one name (`H100`, `4090`: the one card it names; `A100` names two and is refused)."""
+    """A card by name (`RTX 4090`, `L40S`, `H100 80GB`, `H200`; case and spaces aside), or by part
+    of one name (`H100`, `4090`: the one card it names; `A100` names two and is refused)."""
     key = _squeezed(name)
     exact = [card for card in CARDS_MIB if _squeezed(card) == key]
     found = exact or [card for card in CARDS_MIB if key and key in _squeezed(card)]
