@@ -25,7 +25,7 @@ from sweep.store.query import load_cells, load_runs, select_runs
 from sweep.vocabulary import Status
 
 from .matrices import describe_setting, recorded_setting, shared_run_settings, table_unit, variant
-from .text import NOT_RUN, UNITS, cell_texts
+from .text import NOT_RUN, UNITS, cell_name, cell_texts
 
 COORDINATES = ["family", "preset", "tokens", "mode", "quantization", "training", "variant"]
 FACTOR = 1.1  # asv's default: a change smaller than 10% is not reported as one
@@ -299,7 +299,7 @@ def rich_table(diff: Diff) -> Table:
     optional = _optional(diff)
     for row in diff.cells.itertuples():
         values = dict(zip(columns(diff), _row_values(row, optional)))
-        table.add_row(_name(row), *(values[c] for c in shown), style="bold red" if row.transition else None)
+        table.add_row(cell_name(row), *(values[c] for c in shown), style="bold red" if row.transition else None)
     return table
 
 
@@ -357,14 +357,6 @@ def parse_gates(text: str) -> list[Gate]:
     return gates
 
 
-def _name(row) -> str:
-    """'synthetic docs-packed-4096 4096 tokens layer', and the base's quantization where it has one."""
-    tokens = "" if pd.isna(row.tokens) else f" {int(row.tokens)} tokens"
-    mode = row.mode + (f" ({row.variant})" if row.variant else "")
-    quantization = "" if row.quantization == "none" else f" {row.quantization}"
-    return f"{row.family} {row.preset}{tokens} {mode}{quantization}"
-
-
 def _gate_failure(gate: Gate, row) -> str | None:
     was_ok = row.status_a == Status.OK
     if gate.kind == "oom" and was_ok and row.status_b == Status.OOM:
@@ -384,5 +376,5 @@ def gate_failures(diff: Diff, gates: list[Gate]) -> list[str]:
     for row in diff.cells.itertuples():
         found = [f"{gate.kind}: {why}" for gate in gates if (why := _gate_failure(gate, row))]
         if found:
-            lines.append(f"{_name(row)}: {'; '.join(found)}")
+            lines.append(f"{cell_name(row)}: {'; '.join(found)}")
     return lines

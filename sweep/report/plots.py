@@ -28,7 +28,7 @@ from sweep.machine.cards import PLOTTED, card_bytes  # noqa: E402
 from sweep.vocabulary import Provenance, Status  # noqa: E402
 
 from .matrices import describe_setting, mode_label, precision, shared_run_settings  # noqa: E402
-from .text import slug  # noqa: E402
+from .text import cell_name, slug  # noqa: E402
 
 MARKERS = "osD^vP*X"
 CARD_COLOR = "tab:blue"
@@ -269,15 +269,17 @@ def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Pat
     both = diff.dropna(subset=["ratio"])
     if both.empty:
         return None
-    labels = [f"{r.preset} {r.mode}" + (f" ({r.variant})" if r.variant else "") for r in both.itertuples()]
-    fig, (time_ax, memory_ax) = plt.subplots(1, 2, sharey=True, figsize=(10, max(2.8, 0.3 * len(both))))
+    labels = [cell_name(r) for r in both.itertuples()]
+    # the names' width beside two panels of about 3 inches; an inch of height kept for title and legend
+    width, height = 6.5 + 0.078 * max(map(len, labels)), max(2.8, 0.3 * len(both) + 1)
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, sharey=True, figsize=(width, height))
     for ax, column, what in ((time_ax, "ratio", "sec/step"), (memory_ax, "memory_ratio", "peak memory")):
         values = both[column]
         ax.barh(labels, values, color=["tab:red" if v > 1 else "tab:green" for v in values])
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel(f"{what}: {label_b} / {label_a}")
-    time_ax.invert_yaxis()
-    fig.suptitle(f"{label_b} vs {label_a}, cell by cell", fontsize=11)
+    time_ax.set_ylim(len(both) - 0.5, -0.5)  # the first cell on top, no margin beyond the bars
+    fig.suptitle(f"{label_b} vs {label_a}, cell by cell", fontsize=11, y=1 - 0.15 / height, va="top")
     fig.legend(
         handles=[
             Patch(color="tab:red", label=f"{label_b} slower / larger"),
@@ -288,7 +290,7 @@ def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Pat
         fontsize=8,
         bbox_to_anchor=(0.5, 0.0),
     )
-    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
+    fig.tight_layout(rect=(0, 0.45 / height, 1, 1 - 0.4 / height))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

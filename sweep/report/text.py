@@ -34,6 +34,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
 
 
+def cell_name(row) -> str:
+    """A cell in one line: 'synthetic docs-packed-4096 4096 tokens layer', with the mode's variant and
+    the base's quantization where it has one (a row of a diff's frame)."""
+    tokens = "" if pd.isna(row.tokens) else f" {int(row.tokens)} tokens"
+    mode = row.mode + (f" ({row.variant})" if row.variant else "")
+    quantization = "" if row.quantization == "none" else f" {row.quantization}"
+    return f"{row.family} {row.preset}{tokens} {mode}{quantization}"
+
+
 def cell_text(
     status: str,
     sec_per_step: float | None,

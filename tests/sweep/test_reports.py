@@ -93,6 +93,25 @@ def test_diff_of_the_published_runs(engine):
     assert markdown(result) == markdown(diff_runs(engine, "H100 80GB", "L40S"))  # stable output
 
 
+def test_a_diff_plot_names_each_bar_as_the_table_names_its_cell(engine, tmp_path, monkeypatch):
+    """Bars of several families, presets and precisions each carry the cell's whole name."""
+    from matplotlib.axes import Axes
+
+    from sweep.report.plots import diff_plot
+
+    result = diff_runs(engine, "H100 80GB", "L40S")
+    cells = pd.concat([result.cells.head(2), result.cells.head(1).assign(family="flux1", quantization="int8-torchao")])
+    drawn = []
+    barh = Axes.barh
+    monkeypatch.setattr(
+        Axes, "barh", lambda ax, labels, *a, **k: drawn.append(list(labels)) or barh(ax, labels, *a, **k)
+    )
+    assert diff_plot(cells, "H100 80GB", "L40S", tmp_path / "diff.png").exists()
+    first = cells.iloc[0]
+    assert drawn[0][0] == f"synthetic {first.preset} {int(first.tokens)} tokens {first['mode']}"
+    assert drawn[0][2].startswith("flux1 ") and drawn[0][2].endswith(" int8-torchao")
+
+
 def test_a_run_on_one_side_only_is_one_line_and_the_table_fits_a_terminal(engine):
     """Diffing by hardware pairs cells within runs of the same name: a sweep the other side never
     ran is one line, not a row per cell; the terminal table keeps each cell on one 160-column line."""
