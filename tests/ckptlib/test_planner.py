@@ -217,14 +217,16 @@ print(json.dumps({describe: c.peak_bytes for c in plan.candidates for describe i
 @pytest.mark.long
 @SEARCH_READERS
 def test_forked_workers_plan_what_one_process_plans_after_the_parent_ran_parallel_ops():
-    """NOTE [ OpenMP after fork ]: without one thread per worker this hangs (the limit is for it)."""
+    """NOTE [ OpenMP after fork ]: without one thread per worker this hangs (the limit is for it).
+    The costliest patterns go out first, yet the plan lists them as one process does."""
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", FORKED_PLAN], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     forked = json.loads(done.stdout.strip().splitlines()[-1])
-    assert forked == {repr(c.config): c.peak_bytes for c in synthetic_search()[1].candidates}
+    # the same candidates in the same order (a tie in time goes to the first), whichever worker finished first
+    assert list(forked.items()) == [(repr(c.config), c.peak_bytes) for c in synthetic_search()[1].candidates]
 
 
 @pytest.mark.long
