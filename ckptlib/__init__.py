@@ -38,6 +38,7 @@ _EXPORTS = {
     "UnsupportedModeError": "spec",
     "TRAINING_MODES": "names",
     "Workload": "workload",
+    "adapters_not_injected": "workload",
 }
 __all__ = sorted(_EXPORTS)
 

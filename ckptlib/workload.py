@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +88,25 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
 
 
+# NOTE [ Building to inspect ]: the harness builds a model of one's own on the meta device in the
+# process that starts a sweep (its spec and LoRA targets checked before any cell, its structure
+# fingerprinted for each cell), a process that measures nothing itself. Under
+# `adapters_not_injected()` a LoRA build checks its targets and stops short of injecting the
+# adapters: importing PEFT costs that process about 3.5 s of CPU (transformers, dynamo, torchao),
+# and the cells, which do inject them, run in a fork server that has PEFT imported already.
+_inject_adapters = contextvars.ContextVar("inject_adapters", default=True)
+
+
+@contextlib.contextmanager
+def adapters_not_injected():
+    """LoRA builds inside check their targets and inject no adapters (NOTE [ Building to inspect ])."""
+    token = _inject_adapters.set(False)
+    try:
+        yield
+    finally:
+        _inject_adapters.reset(token)
+
+
 def make_trainable(
     model: nn.Module,
     training: str,
@@ -104,9 +125,11 @@ def make_trainable(
             raise UnsupportedModeError(f"{quantization}: a quantized base does not train in full; use lora or frozen")
         quantize_base(model, quantization, next(model.parameters()).device)
     if training == "lora":
+        _check_targets(model, lora_targets)
+        if not _inject_adapters.get():
+            return model
         from peft import LoraConfig, inject_adapter_in_model
 
-        _check_targets(model, lora_targets)
         dtype = next(model.parameters()).dtype
         model = inject_adapter_in_model(
             LoraConfig(r=lora_rank, lora_alpha=lora_rank, lora_dropout=lora_dropout, target_modules=lora_targets),

@@ -10,6 +10,7 @@ writes a complete example.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -86,14 +87,28 @@ def signature_problems(target: str, builder) -> list[str]:
     ]
 
 
+# NOTE [ Fingerprint schemes ]: a fingerprint is now taken of the model built without its LoRA
+# adapters (NOTE [ Building to inspect ] in ckptlib/workload.py; the source it hashes names the
+# targets, the cell's key the rank), and says so by its prefix. Cells recorded before hold a bare
+# digest of the model with PEFT's adapters injected: such a cell is compared by that scheme, so an
+# upgrade measures nothing again by itself.
+FINGERPRINT_PREFIX = "m2-"
+
+
+def is_legacy_fingerprint(value: str) -> bool:
+    return not value.startswith(FINGERPRINT_PREFIX)
+
+
 @functools.cache
 def fingerprint(
-    target: str, preset: str, shape_json: str, training: str, lora_rank: int, quantization: str
+    target: str, preset: str, shape_json: str, training: str, lora_rank: int, quantization: str, legacy: bool = False
 ) -> str | None:
     """What a builder of one's own builds, as a short hash: its module's source on disk, and, built on
     meta, every parameter's name, shape and dtype and the block spec. A cell recorded under another
     fingerprint was measured on another model (sweep/run/app.py measures it again). None for the
-    project's own builders, whose code the recorded commit names."""
+    project's own builders, whose code the recorded commit names. `legacy`: by the earlier scheme."""
+    from ckptlib import adapters_not_injected
+
     if target.startswith(("ckptlib.", "sweep.")):
         return None
     builder = import_builder(target)
@@ -101,15 +116,16 @@ def fingerprint(
     source = Path(module.__file__).read_bytes() if module is not None and getattr(module, "__file__", None) else b""
     digest = hashlib.sha256(source)
     try:
-        work = builder(
-            preset=preset, training=training, device="meta", lora_rank=lora_rank, seed=0, dtype=None,
-            quantization=quantization, **json.loads(shape_json),
-        )  # fmt: skip
+        with contextlib.nullcontext() if legacy else adapters_not_injected():
+            work = builder(
+                preset=preset, training=training, device="meta", lora_rank=lora_rank, seed=0, dtype=None,
+                quantization=quantization, **json.loads(shape_json),
+            )  # fmt: skip
         digest.update(repr([(n, tuple(p.shape), str(p.dtype)) for n, p in work.model.named_parameters()]).encode())
         digest.update(repr(work.spec).encode())
     except Exception:  # noqa: BLE001 - not buildable on meta: the source alone tells
         pass
-    return digest.hexdigest()[:12]
+    return digest.hexdigest()[:12] if legacy else FINGERPRINT_PREFIX + digest.hexdigest()[:12]
 
 
 def built_problems(builder, preset: str, shape: dict) -> list[str]:
@@ -117,12 +133,14 @@ def built_problems(builder, preset: str, shape: dict) -> list[str]:
     returns something other than a ckptlib.Workload, a spec whose block lists, attention or
     feed-forward names name nothing in the model, LoRA targets that match no layer. A builder that
     cannot build on meta for another reason is not judged here (its first cell will say)."""
-    from ckptlib import SpecError, Workload, spec_problems
+    from ckptlib import SpecError, Workload, adapters_not_injected, spec_problems
 
     try:
-        work = builder(
-            preset=preset, training="lora", device="meta", lora_rank=4, seed=0, dtype=None, quantization="none", **shape
-        )
+        with adapters_not_injected():
+            work = builder(
+                preset=preset, training="lora", device="meta", lora_rank=4, seed=0, dtype=None, quantization="none",
+                **shape,
+            )  # fmt: skip
     except SpecError as error:  # a LoRA target that names nothing
         return [str(error)]
     except Exception:  # noqa: BLE001 - not buildable on meta: nothing to conclude

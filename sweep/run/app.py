@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ckptlib.units import GIB
 from sweep.config import structured as configs
-from sweep.config.builders import describe_shape, fingerprint, import_builder
+from sweep.config.builders import describe_shape, fingerprint, import_builder, is_legacy_fingerprint
 from sweep.config.cell import Cell, cell_from_config
 from sweep.config.structured import Rerun
 from sweep.machine import environment
@@ -140,10 +140,17 @@ def settings_note(recorded: store.Recorded, cfg: DictConfig) -> str | None:
 MODEL_CHANGED = "measured again: the model its builder builds changed since it was recorded (a new attempt)"
 
 
-def model_of(cell: Cell) -> str | None:
+def model_of(cell: Cell, legacy: bool = False) -> str | None:
     """The fingerprint of the model a cell's builder builds (config/builders.py: fingerprint)."""
     shape = json.dumps(cell.shape, sort_keys=True)
-    return fingerprint(cell.builder, cell.preset, shape, cell.training, cell.lora_rank, cell.quantization)
+    return fingerprint(cell.builder, cell.preset, shape, cell.training, cell.lora_rank, cell.quantization, legacy)
+
+
+def model_changed(cell: Cell, model: str | None, previous: store.Recorded | None) -> bool:
+    """The model differs from the one the previous attempt measured (NOTE [ Fingerprint schemes ])."""
+    if previous is None or model is None or previous.model is None:
+        return False
+    return previous.model != (model_of(cell, legacy=True) if is_legacy_fingerprint(previous.model) else model)
 
 
 CLAIM_SLACK_S = 60  # a claim outlives its cell's time limit by this much (recording, a slow start)
@@ -155,7 +162,7 @@ def execute(cfg: DictConfig) -> dict:
     state = run_state(cfg)
     previous = state.done.get(cell.key)
     summary, model, changed = cell_summary(cell), model_of(cell), None
-    if previous is not None and model is not None and previous.model not in (None, model):
+    if model_changed(cell, model, previous):
         changed = MODEL_CHANGED  # NOTE [ A cell knows the model it measured ]
     elif not should_run(previous and previous.status, cfg.run.rerun.name):
         note = None if cfg.predict else settings_note(previous, cfg)

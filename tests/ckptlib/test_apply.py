@@ -353,3 +353,20 @@ def test_unsloth_offloads_the_carried_state_not_the_shared_extras():
     # regions 1-3 offload their input state; temb (shared, alive in forward anyway) and the caller's x stay
     assert offload["tensors_offloaded"] == 3
     assert offload["bytes_offloaded"] == 3 * 8 * 16 * 4
+
+
+def test_a_build_to_inspect_checks_lora_targets_and_injects_no_adapters():
+    """NOTE [ Building to inspect ]: the same model, without PEFT's layers; a target that names
+    nothing is refused all the same."""
+    from ckptlib import SpecError, adapters_not_injected, synthetic
+    from ckptlib.workload import make_trainable
+
+    with adapters_not_injected():
+        inspected = synthetic.build("tiny", training="lora", device="meta")
+    trained = synthetic.build("tiny", training="lora", device="meta")
+    base = {n.replace(".base_layer", "") for n, _ in trained.model.named_parameters() if "lora_" not in n}
+    assert {n for n, _ in inspected.model.named_parameters()} == base
+    assert any("lora_" in n for n, _ in trained.model.named_parameters())
+    assert not any(p.requires_grad for p in inspected.model.parameters())
+    with adapters_not_injected(), pytest.raises(SpecError, match="'nowhere' match no module"):
+        make_trainable(synthetic.build("tiny", training="frozen", device="meta").model, "lora", ["nowhere"], 4)

@@ -2,6 +2,7 @@
 
 import json
 import signal
+import sqlite3
 import time
 
 import pytest
@@ -281,6 +282,36 @@ def test_a_change_of_measure_settings_is_said_and_rerun_keeps_the_earlier_attemp
     assert len(result.cells) == 2 and result.label_a.endswith("@previous")
     assert set(result.cells["ratio"].round(6) > 0) == {True}
     engine.dispose()
+
+
+def test_a_cell_fingerprinted_by_the_earlier_scheme_is_compared_by_it(tmp_path):
+    """NOTE [ Fingerprint schemes ]: a cell recorded before fingerprints left out the adapters is
+    skipped while its model is unchanged, measured again once it changed; the new attempt records
+    the new scheme."""
+    from sweep.config.builders import FINGERPRINT_PREFIX, fingerprint
+
+    db = tmp_path / "r.db"
+    cell = ["sweep=none", "family=faulty", "preset=ok", "mode=none", *FAST]
+    assert run_sweep(db, *cell).returncode == 0
+    [(config, model)] = query(db, "select config, json_extract(versions, '$.model') from cells")
+    assert model.startswith(FINGERPRINT_PREFIX)
+    c = json.loads(config)
+    legacy = fingerprint(
+        c["builder"], c["preset"], json.dumps(c["shape"]), c["training"], c["lora_rank"], c["quantization"], legacy=True
+    )
+    assert legacy != model and not legacy.startswith(FINGERPRINT_PREFIX)
+
+    def recorded_as(value: str) -> None:
+        with sqlite3.connect(db) as connection:
+            connection.execute("update cells set versions = json_set(versions, '$.model', ?)", (value,))
+
+    recorded_as(legacy)
+    unchanged = run_sweep(db, *cell)
+    assert unchanged.returncode == 0 and all(line["skipped"] for line in json_lines(unchanged.stdout))
+    recorded_as("0123456789ab")  # a model of another shape, by the earlier scheme
+    edited = run_sweep(db, *cell)
+    assert "1 cell(s) measured again: the model its builder builds changed" in edited.stderr, edited.stderr
+    assert query(db, "select attempt, json_extract(versions, '$.model') from cells where is_current") == [(2, model)]
 
 
 def test_cell_identity_ignores_the_label_and_rerun_rules():
