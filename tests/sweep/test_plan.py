@@ -1,6 +1,8 @@
 """`ckpt-sweep plan`: the recommendation fits and is written three ways, the override runs it, measured it fits beside the docs modes that fit; the verb prints, stores and draws, and refuses bad arguments in one line."""
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -418,3 +420,26 @@ def test_verify_reverses_the_order_every_other_round_and_takes_each_schedules_me
     text = "\n".join(verify(outcome, "sqlite:///unused.db", "verify", rounds=3))
     assert orders == [False, True, False]
     assert "median of 3 rounds" in text and "measured 2.0000 s/step (noise 2.0000)" in text, text
+
+
+def test_the_console_scripts_plan_runs_its_exit_handlers_and_skips_the_teardown(tmp_path):
+    """NOTE [ Leaving fast ]: everything stored, printed and flushed, the exit handlers run; the
+    interpreter's teardown (an object freed at it says so) does not."""
+    db = tmp_path / "p.db"
+    script = (
+        "import atexit, sys\n"
+        "from sweep import cli\n"
+        "class Canary:\n"
+        "    def __del__(self):\n"
+        "        print('torn down', file=sys.stderr, flush=True)\n"
+        "canary = Canary()\n"
+        "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
+        f"sys.argv = ['ckpt-sweep', 'plan', '--family', 'synthetic', '--preset', 'tiny', '--vram', '1GiB', "
+        f"'--device', 'cpu', '--db', 'sqlite:///{db}', '--out', '{tmp_path}']\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "recommended:" in done.stdout and done.stdout.rstrip().endswith("exit handlers ran")
+    assert "torn down" not in done.stderr
+    assert query(db, "select provenance from runs") == [("planned",)]
