@@ -8,6 +8,7 @@ PostgreSQL connection (a server restart) reconnects and tries again; nothing is 
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import os
 import re
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+from weakref import WeakSet
 
 from sqlalchemy import create_engine, delete, event, func, select, update
 from sqlalchemy.engine import Engine, make_url
@@ -154,6 +156,26 @@ def redacted(url: str) -> str:
         return url
 
 
+# NOTE [ Engines close at exit ]: SQLite in WAL mode folds its log back into the file when the last
+# connection closes. The console script leaves without the interpreter's teardown (NOTE [ Leaving
+# fast ] in sweep/cli.py), which is where an engine still open used to close its connections; so
+# every engine opened here is disposed by an exit handler, and results.db is whole, with no -wal file
+# beside it that a copy of the database alone would miss.
+_opened: WeakSet[Engine] = WeakSet()
+
+
+@atexit.register
+def _dispose_opened() -> None:
+    for engine in list(_opened):
+        engine.dispose()
+
+
+def _engine(*args, **kwargs) -> Engine:
+    engine = create_engine(*args, **kwargs)
+    _opened.add(engine)
+    return engine
+
+
 def open_store(url: str, create: bool = True) -> Engine:
     """Engine for `url` (or a plain path: a SQLite file) with the schema at the current version; a
     one-line StoreError for a bad URL or file. `create=False` (the read verbs) refuses a database
@@ -172,7 +194,7 @@ def open_store(url: str, create: bool = True) -> Engine:
                 raise StoreError(f"database {file} is read-only: a sweep cannot record into it")
             return _read_only(file)
     try:
-        engine = create_engine(parsed, connect_args={"timeout": 60} if sqlite else {}, pool_pre_ping=not sqlite)
+        engine = _engine(parsed, connect_args={"timeout": 60} if sqlite else {}, pool_pre_ping=not sqlite)
     except (NoSuchModuleError, ImportError, ArgumentError) as error:
         raise StoreError(f"cannot use database URL {redacted(url)!r}: {error}") from None
     if sqlite:
@@ -199,7 +221,7 @@ def check_url(url: str) -> None:
 
 def _read_only(file: Path) -> Engine:
     """A read-only SQLite file, for the read verbs: read as it is, never upgraded."""
-    engine = create_engine(f"sqlite:///file:{file.resolve()}?mode=ro&uri=true")
+    engine = _engine(f"sqlite:///file:{file.resolve()}?mode=ro&uri=true")
     try:
         with engine.connect() as connection:
             version = schema_version(connection)

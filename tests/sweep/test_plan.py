@@ -423,8 +423,9 @@ def test_verify_reverses_the_order_every_other_round_and_takes_each_schedules_me
 
 
 def test_the_console_scripts_plan_runs_its_exit_handlers_and_skips_the_teardown(tmp_path):
-    """NOTE [ Leaving fast ]: everything stored, printed and flushed, the exit handlers run; the
-    interpreter's teardown (an object freed at it says so) does not."""
+    """NOTE [ Leaving fast ]: everything stored, printed and flushed, the exit handlers run (the
+    store's among them: SQLite's log folded into the file); the interpreter's teardown (an object
+    freed at it says so) does not."""
     db = tmp_path / "p.db"
     script = (
         "import atexit, sys\n"
@@ -442,4 +443,5 @@ def test_the_console_scripts_plan_runs_its_exit_handlers_and_skips_the_teardown(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "recommended:" in done.stdout and done.stdout.rstrip().endswith("exit handlers ran")
     assert "torn down" not in done.stderr
+    assert not db.with_name("p.db-wal").exists()  # NOTE [ Engines close at exit ]: the file is whole
     assert query(db, "select provenance from runs") == [("planned",)]
