@@ -2,8 +2,9 @@
 
     python scripts/bench_harness.py [--cells 12] [--warmup-steps 2] [--against REV] [--rounds 2]
 
-Runs one multirun of tiny synthetic cells (each still in its own child process) into a scratch
-database, then reads per cell: wall time seen by the parent (fork, build, apply, steps, result
+Runs one multirun of tiny synthetic cells (each still in its own child process; with `--own-model`,
+cells of the model `ckpt-sweep new-family` writes, run from its folder as a user runs theirs) into a
+scratch database, then reads per cell: wall time seen by the parent (fork, build, apply, steps, result
 hand-back, teardown) minus the sum of its step samples. The first cell also pays the fork
 server's start (torch, peft imported once) and is reported separately. With two warmup steps or more
 a cell watches its last warmup step for its attention kernels and CPU peak (NOTE [ What the last
@@ -16,6 +17,7 @@ one for `--rounds` rounds, so both see the same host load.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -27,18 +29,23 @@ from alternate import checkouts
 from sqlalchemy import create_engine, text
 
 
-def measure(checkout: Path, cells: int, warmup_steps: int) -> tuple[float, list[float]]:
+def measure(checkout: Path, cells: int, warmup_steps: int, own_model: bool) -> tuple[float, list[float]]:
     """(the whole command's seconds, each cell's overhead in recorded order) of one sweep run from `checkout`."""
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "bench.db"
         tokens = ",".join(str(16 + i) for i in range(cells))
+        cli = [sys.executable, "-m", "sweep.cli"]
+        where = {"cwd": checkout}
+        family = ["preset=tiny"]
+        if own_model:  # from the model's folder, the checkout importable as an installed package is
+            where = {"cwd": scratch, "env": {**os.environ, "PYTHONPATH": str(checkout)}}
+            subprocess.run([*cli, "new-family", "my_model"], **where, check=True, capture_output=True)
+            family = ["family.name=mine", "family._target_=my_model.build", "preset=small"]
         command = [
-            sys.executable,
-            "-m",
-            "sweep.cli",
+            *cli,
             "run",
             "sweep=none",
-            "preset=tiny",
+            *family,
             "mode=layer",
             f"+shape.tokens={tokens}",
             f"measure.warmup_steps={warmup_steps}",
@@ -47,7 +54,7 @@ def measure(checkout: Path, cells: int, warmup_steps: int) -> tuple[float, list[
             f"hydra.sweep.dir={scratch}/multirun",
         ]
         tic = time.perf_counter()
-        subprocess.run(command, cwd=checkout, check=True, capture_output=True)
+        subprocess.run(command, **where, check=True, capture_output=True)
         total = time.perf_counter() - tic
         with create_engine(f"sqlite:///{db}").connect() as connection:
             rows = connection.execute(
@@ -65,11 +72,12 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=2, help="per cell (default 2; the harness's is 5)")
     parser.add_argument("--against", help="a git revision measured too, alternated with this checkout")
     parser.add_argument("--rounds", type=int, default=2, help="alternations with --against (default 2)")
+    parser.add_argument("--own-model", action="store_true", help="cells of a new-family model, not synthetic")
     args = parser.parse_args()
     with checkouts(args.against) as found:
         for round_ in range(args.rounds if args.against else 1):
             for name, checkout in found.items():
-                total, overheads = measure(checkout, args.cells, args.warmup_steps)
+                total, overheads = measure(checkout, args.cells, args.warmup_steps, args.own_model)
                 rest = overheads[1:]
                 print(
                     f"round {round_ + 1}, {name}: {len(overheads)} cells, whole command {total:.1f} s; first cell "
