@@ -448,8 +448,11 @@ def leave_without_teardown() -> None:
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a reader that went away (`| head`): Python's own exit says 120 then
+        os._exit(120)
     os._exit(0)
 
 
