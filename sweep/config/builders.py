@@ -88,10 +88,11 @@ def signature_problems(target: str, builder) -> list[str]:
 
 
 # NOTE [ Fingerprint schemes ]: a fingerprint is now taken of the model built without its LoRA
-# adapters (NOTE [ Building to inspect ] in ckptlib/workload.py; the source it hashes names the
-# targets, the cell's key the rank), and says so by its prefix. Cells recorded before hold a bare
-# digest of the model with PEFT's adapters injected: such a cell is compared by that scheme, so an
-# upgrade measures nothing again by itself.
+# adapters and on an unquantized base (NOTE [ Building to inspect ] in ckptlib/workload.py; the
+# source it hashes names the targets, the cell's key the rank and the quantization), so neither PEFT
+# nor torchao is imported to take it, and says so by its prefix. Cells recorded before hold a bare
+# digest of the model as its cell built it: such a cell is compared by that scheme, so an upgrade
+# measures nothing again by itself.
 FINGERPRINT_PREFIX = "m2-"
 
 
@@ -119,7 +120,7 @@ def fingerprint(
         with contextlib.nullcontext() if legacy else adapters_not_injected():
             work = builder(
                 preset=preset, training=training, device="meta", lora_rank=lora_rank, seed=0, dtype=None,
-                quantization=quantization, **json.loads(shape_json),
+                quantization=quantization if legacy else "none", **json.loads(shape_json),
             )  # fmt: skip
         digest.update(repr([(n, tuple(p.shape), str(p.dtype)) for n, p in work.model.named_parameters()]).encode())
         digest.update(repr(work.spec).encode())

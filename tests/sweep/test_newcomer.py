@@ -189,14 +189,16 @@ def test_a_librarys_own_terminal_handler_does_not_bring_its_chatter_back(tmp_pat
 
 def test_checking_and_fingerprinting_your_model_import_no_peft():
     """NOTE [ Building to inspect ]: the process that starts a sweep builds your model to check it and
-    to fingerprint each cell without importing PEFT (seconds of CPU); the cells inject the adapters."""
+    to fingerprint each cell without importing PEFT or torchao (seconds of CPU); the cells inject the
+    adapters and quantize the base."""
     script = (
         "import sys\n"
         "from sweep.config.builders import built_problems, fingerprint, import_builder\n"
         "assert built_problems(import_builder('faulty.build'), 'ok', {}) == []\n"
         "assert built_problems(import_builder('faulty.build'), 'ok-wide', {}) == []\n"
         "assert fingerprint('faulty.build', 'ok', '{}', 'lora', 16, 'none').startswith('m2-')\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'peft', 'transformers'}))\n"
+        "assert fingerprint('faulty.build', 'ok', '{}', 'lora', 16, 'int8-torchao').startswith('m2-')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'peft', 'transformers', 'torchao'}))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
