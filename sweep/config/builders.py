@@ -108,10 +108,10 @@ def fingerprint(
     meta, every parameter's name, shape and dtype and the block spec. A cell recorded under another
     fingerprint was measured on another model (sweep/run/app.py measures it again). None for the
     project's own builders, whose code the recorded commit names. `legacy`: by the earlier scheme."""
-    from ckptlib import adapters_not_injected
-
     if target.startswith(("ckptlib.", "sweep.")):
         return None
+    from ckptlib import adapters_not_injected
+
     builder = import_builder(target)
     module = sys.modules.get(builder.__module__)
     source = Path(module.__file__).read_bytes() if module is not None and getattr(module, "__file__", None) else b""
