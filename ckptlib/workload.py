@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .adapters import LoKr, inject_lokr
 from .names import TRAINING_MODES
 from .quantize import quantize_base
 from .spec import BlockSpec, SpecError, UnsupportedModeError
@@ -114,8 +115,10 @@ def make_trainable(
     lora_rank: int,
     quantization: str = "none",
     lora_dropout: float = 0.0,
+    lokr: LoKr | None = None,
 ) -> nn.Module:
-    """Set which weights train: LoRA adapters (PEFT) on a frozen base, nothing, or everything.
+    """Set which weights train: LoRA adapters (PEFT), or LoKr ones (ckptlib.adapters), on a frozen
+    base, nothing, or everything.
     A quantized base (ckptlib.quantize) is quantized before the adapters wrap its layers."""
     if training not in TRAINING_MODES:
         raise ValueError(f"unknown training mode {training!r}; valid modes: {', '.join(TRAINING_MODES)}")
@@ -128,6 +131,8 @@ def make_trainable(
         _check_targets(model, lora_targets)
         if not _inject_adapters.get():
             return model
+        if lokr is not None:
+            return inject_lokr(model, lokr)
         from peft import LoraConfig, inject_adapter_in_model
 
         dtype = next(model.parameters()).dtype

@@ -143,6 +143,20 @@ FAMILIES = (
         docs_name="SD3",
         cls="SD3Transformer2DModel",
         presets={
+            # SimpleTuner's sd3 default flavour (helpers/models/sd3/model.py) and its sd3.peft-lora example:
+            # MMDiT-X (a second image-only attention in the first 13 blocks), QK RMSNorm, 77 CLIP + 154 T5 tokens
+            "sd3.5-medium": Preset(
+                {
+                    "num_layers": 24,
+                    "num_attention_heads": 24,
+                    "caption_projection_dim": 1536,
+                    "pos_embed_max_size": 384,
+                    "qk_norm": "rms_norm",
+                    "dual_attention_layers": tuple(range(13)),
+                },
+                FamilyShape(1024, 1024, text_tokens=231),
+                2.24,
+            ),
             "sd3-medium": Preset(
                 {
                     "num_layers": 24,
@@ -191,6 +205,19 @@ FAMILIES = (
         docs_name="PixArt",
         cls="PixArtTransformer2DModel",
         presets={
+            # SimpleTuner's pixart default flavour (helpers/models/pixart/model.py): terminusresearch's
+            # 900M, the 600M Sigma's width at 42 blocks
+            "900m-1024": Preset(
+                {
+                    "num_layers": 42,
+                    "caption_channels": 4096,
+                    "interpolation_scale": 2,
+                    "use_additional_conditions": False,
+                    "sample_size": 128,
+                },
+                FamilyShape(1024, 1024, text_tokens=300),
+                0.91,
+            ),
             "sigma-1024": Preset(
                 {
                     "caption_channels": 4096,

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import torch
 
+from ..adapters import LoKr
 from ..workload import Workload, adamw_for, default_dtype, make_trainable, seeded_generator
 from . import audio, flux, image, unavailable, unet, video
 from .family import Family
@@ -72,17 +73,19 @@ def build(
     dtype: torch.dtype | None = None,
     quantization: str = "none",
     lora_dropout: float = 0.0,
+    lokr: LoKr | None = None,
     **shape_overrides,
 ) -> Workload:
     """A family's training step: random weights (the base optionally quantized), the family's
     inputs, flow-matching-style MSE. `lora_dropout`: PEFT's dropout before each adapter (SimpleTuner
-    trains with 0.1), which saves a mask and a dropped input per adapted layer."""
+    trains with 0.1), which saves a mask and a dropped input per adapted layer. `lokr`: LyCORIS LoKr
+    adapters instead of LoRA, as SimpleTuner's LoKr examples train them (ckptlib.workload.LoKr)."""
     entry = get(family)
     shape = resolve_shape(family, preset, **shape_overrides)
     dtype = dtype or default_dtype(device)
     device = torch.device(device)
     model = materialize(entry.build_meta(preset), device, dtype, seed)
-    model = make_trainable(model, training, list(entry.lora_targets), lora_rank, quantization, lora_dropout)
+    model = make_trainable(model, training, list(entry.lora_targets), lora_rank, quantization, lora_dropout, lokr)
     model.train()
     generator = seeded_generator(device, seed + 1)
     kwargs = entry.inputs(model.config, shape, device, dtype, generator)

@@ -13,7 +13,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
+import torch
+
 from ckptlib import UnsupportedModeError
+from ckptlib.adapters import LoKr
 from ckptlib.devices import DEVICE_MODELS
 from ckptlib.families import all_families, builders, describe_shape
 from ckptlib.modes import MODES, as_wired
@@ -51,44 +54,103 @@ class Example:
     preset: str | None = None  # None: the family's default preset
     shape: dict = field(default_factory=dict)  # height, width, frames, batch over the preset's
     lora_rank: int = 16
+    lokr: LoKr | None = None  # LyCORIS LoKr (lycoris_config.json) instead of PEFT LoRA
+    # the weights' and activations' dtype: bf16 unless the example sets mixed_precision "no" (float32)
+    dtype: torch.dtype = torch.bfloat16
     note: str = ""  # what of the example the prediction does not model
+    known: str = ""  # what is known of the table's misses (the evidence, and whether it is established)
+    # the family stands in for the example's own model, which the project has no family for: its
+    # rows are predicted with it but not imported as that family's runs
+    stand_in: bool = False
+
+    @property
+    def trains(self) -> str:
+        """What the example trains, as a table's heading says it."""
+        adapter = (
+            f"LoRA rank {self.lora_rank}"
+            if self.lokr is None
+            else "LyCORIS LoKr (" + ", ".join(f"{c} factor {f}" for c, f in self.lokr.factors.items()) + ")"
+        )
+        return adapter + ("" if self.dtype == torch.bfloat16 else f", {str(self.dtype).removeprefix('torch.')}")
 
 
 SQUARE_512 = {"height": 512, "width": 512}  # multidatabackend-small-dreambooth-512px.json: a 512 px square crop
 # multidatabackend-small-video-480p*.json: pixel area 480 x 480, uncropped; a 16:9 bucket of that area
 VIDEO_480 = {"height": 368, "width": 640}
-LOKR = "LyCORIS LoKr adapters, predicted as LoRA"
-# the Wan examples keep block weights in host memory: deltas cancel them, absolute peaks do not
+LOKR = LoKr({"Attention": 2, "FeedForward": 4})  # lycoris_config.json of pixart, sana, cascade-stage-c, omnigen
+# the Wan and ERNIE examples keep block weights in host memory (RamTorch): the absolute peaks do not
 RAMTORCH = "RamTorch's host-resident block weights: the absolute peaks, and so the OOM verdicts, include them"
+# ERNIE's misses are the size of its weights, as if RamTorch kept each plain block's device copy of
+# its weights until that block's backward
+RAMTORCH_MISSES = (
+    "the example trains with RamTorch (`ramtorch: true`), which streams each block's weights from host memory; "
+    "the misses are consistent with a block that is not recomputed keeping its weights' device copy until its "
+    "backward, which the prediction does not model: `none` less `layer` is 5.38 GiB above the prediction, "
+    "the transformer's bf16 weights are 5.25 GiB, and interval2 (half the blocks plain) is 2.67 GiB above. "
+    "Not established: it needs RamTorch's autograd function read or a GPU run"
+)
 EXAMPLES: dict[str, Example] = {
     "ACE Step 1.5": Example(lora_rank=128),
-    "AnyFlow Distillation on Anima": Example("anyflow", "stage1", lora_rank=64),
+    # Anima is Cosmos Predict 2's 2B transformer behind a small LLM adapter (SimpleTuner
+    # helpers/models/anima/transformer.py), trained at pixel area 1024 on square crops
+    "AnyFlow Distillation on Anima": Example(
+        "cosmos2",
+        "2b-t2i",
+        shape={"height": 1024, "width": 1024},
+        lora_rank=64,
+        note="Anima's 6-layer LLM adapter in front of the transformer, and AnyFlow's distillation passes",
+        known="`none` less `layer` is 12% above the published one; the adapter and the distillation passes, "
+        "not modelled, are where to look first",
+        stand_in=True,
+    ),
     "AuraFlow": Example(shape=SQUARE_512, lora_rank=8),
     "Chroma": Example(shape=SQUARE_512),
-    "Cosmos 2 Image": Example(shape=SQUARE_512, note=LOKR),
-    "Cosmos 3": Example(note=LOKR),
-    "ERNIE 4.5 Image": Example(shape=SQUARE_512),
+    "Cosmos 2 Image": Example(shape=SQUARE_512, lokr=LoKr({"Attention": 25})),
+    "Cosmos 3": Example(note="LyCORIS LoKr on its packed MoT attention, predicted as LoRA"),
+    "ERNIE 4.5 Image": Example(shape=SQUARE_512, note=RAMTORCH, known=RAMTORCH_MISSES),
     "HiDream": Example(shape=SQUARE_512, lora_rank=128),
     "HunyuanVideo": Example(shape={**VIDEO_480, "batch": 2}),
     "Kandinsky 5 Video": Example("kandinsky5", "t2v-lite", shape={**VIDEO_480, "frames": 49, "batch": 2}),
     "Kolors": Example(shape=SQUARE_512),
     "Krea 2": Example(shape=SQUARE_512, lora_rank=64),
-    "LongCat Image": Example(shape=SQUARE_512),
+    "LongCat Image": Example(
+        shape=SQUARE_512,
+        known="the preset is the diffusers class's defaults, Flux.1's 19 + 38 blocks (11.9 B), where LongCat "
+        "Image is published as a 6 B model and its published layer peak (12.4 GiB) fits 6 B of bf16 weights, "
+        "not 11.9 (22.1 GiB); every predicted delta is 1.8 to 2.0x the published one, as with twice the blocks. "
+        "The checkpoint's config is not available here (no hub access) to make the preset",
+    ),
     "LTXVideo 0.9.5": Example("ltxvideo", "2b", shape=VIDEO_480),
     "LTXVideo2 2.3": Example("ltxvideo2", "2.3-dev", shape={"height": 544, "width": 960}),  # pixel area 720
     "Lumina2": Example(shape={**SQUARE_512, "batch": 2}),
     # multidatabackend-reference-512px.json: pixel area 512 (the config's "resolution": 1024 is the default
     # its dataset overrides), with reference images as superresolution conditioning
-    "OmniGen": Example(shape=SQUARE_512, note=LOKR + "; the dataset's reference images (conditioning) are not inputs"),
-    "PixArt": Example(shape={"batch": 3}, note=LOKR + "; the example's 42-block 900M is the project's 28-block preset"),
+    "OmniGen": Example(
+        shape=SQUARE_512, lokr=LOKR, note="the dataset's reference images (conditioning) are not inputs"
+    ),
+    "PixArt": Example(shape={"batch": 3}, lokr=LOKR),
     "Qwen Image": Example(lora_rank=8),
-    "Sana": Example(shape={"batch": 4}, note=LOKR),
+    "Sana": Example(shape={"batch": 4}, lokr=LOKR),
     "SanaVideo": Example(shape=VIDEO_480),
     "SD 1.x": Example(shape=SQUARE_512),
-    "SD3": Example(shape={"batch": 3}, lora_rank=128, note="the example's SD3.5 Medium is the project's SD3 Medium"),
-    "SDXL": Example(note=LOKR),
-    "Stable Cascade": Example(shape={"batch": 3}, note=LOKR),
-    "Wan 2.1 T2V 1.3B": Example("wan", "t2v-1.3b", shape=VIDEO_480, note=RAMTORCH),
+    "SD3": Example(shape={"batch": 3}, lora_rank=128),
+    "SDXL": Example(lokr=LoKr({"Attention": 12})),
+    "Stable Cascade": Example(
+        shape={"batch": 3},
+        lokr=LOKR,
+        dtype=torch.float32,  # the example's mixed_precision "no"
+        known="predicted in float32 as the example trains; Stage C's feed-forwards are no FeedForward class, "
+        "so LoKr adapts its attention only, as LyCORIS's class match would. Still 40% under the published "
+        "`none` delta: not explained",
+    ),
+    "Wan 2.1 T2V 1.3B": Example(
+        "wan",
+        "t2v-1.3b",
+        shape=VIDEO_480,
+        note=RAMTORCH,
+        known="RamTorch as in ERNIE's table would add the blocks' bf16 weights (2.6 GiB) to `none` less "
+        "`layer`; the published delta is 6.2 GiB above the prediction, so that explains part at most",
+    ),
     "Wan 2.1 T2V 14B": Example("wan", "t2v-14b", shape=VIDEO_480, note=RAMTORCH),
     "Z-Image Turbo": Example(shape=SQUARE_512, lora_rank=64),
 }
@@ -113,6 +175,14 @@ class Table:
     cells: tuple[PublishedCell, ...]
     why: str = ""
     example: Example = field(default_factory=Example)
+    # bf16 rows of a control run without compilation where the main table ran compiled (Krea 2's
+    # regional compilation: "not a clean VRAM comparison"); predictions are of eager runs
+    eager: tuple[PublishedCell, ...] = ()
+
+    @property
+    def compared(self) -> tuple[PublishedCell, ...]:
+        """The cells a prediction is compared with: the eager control's where there is one."""
+        return self.eager or self.cells
 
 
 def _cell(heading: str, precision: str, mode: str, gpu: str, text: str) -> PublishedCell:
@@ -123,12 +193,28 @@ def _cell(heading: str, precision: str, mode: str, gpu: str, text: str) -> Publi
     return PublishedCell(heading, precision, mode, gpu, "ok", round(float(peak) * GIB), float(seconds))
 
 
+EAGER_COLUMN = " no-compile"  # a control table's GPU columns: the same modes measured without compilation
+
+
+def _eager_control(table) -> tuple[PublishedCell, ...]:
+    """A control table of bf16 rows measured without compilation (Mode | H100 no-compile | ...), or ()."""
+    columns = table.header[1:]
+    if table.header[0] != "Mode" or not columns or not all(c.endswith(EAGER_COLUMN) for c in columns):
+        return ()
+    gpus = [c.removesuffix(EAGER_COLUMN) for c in columns]
+    return tuple(
+        _cell(table.heading, "bf16", row[0], gpu, text) for _, row in table.rows for gpu, text in zip(gpus, row[1:])
+    )
+
+
 def published_tables() -> list[Table]:
     """Each family's main table (Precision | Mode | H100 | L40S), in the page's order, with the
-    project's family and preset where it has one."""
+    project's family and preset where it has one, and its eager control table where it has one."""
     by_docs_name = {f.docs_name: name for name, f in all_families().items()}
+    parsed = parse_tables(SOURCE.read_text(encoding="utf-8"), str(SOURCE))
+    eager = {t.heading: cells for t in parsed if (cells := _eager_control(t))}
     tables, seen = [], set()
-    for table in parse_tables(SOURCE.read_text(encoding="utf-8"), str(SOURCE)):
+    for table in parsed:
         if table.header[:2] != ["Precision", "Mode"] or table.header[2] != "H100" or table.heading in seen:
             continue  # a control table beside the main one (Krea 2's no-compile run, Ideogram's backends)
         seen.add(table.heading)
@@ -145,7 +231,7 @@ def published_tables() -> list[Table]:
             why, family = all_families()[family].unsupported, None
         else:
             preset = preset or all_families()[family].default_preset
-        tables.append(Table(table.heading, family, preset, cells, why, example))
+        tables.append(Table(table.heading, family, preset, cells, why, example, eager.get(table.heading, ())))
     return tables
 
 
@@ -164,7 +250,7 @@ def family_runs() -> list[dict]:
     source = f"{SOURCE_NOTE} (bundled: sweep/published/{SOURCE.name})"
     runs = {column: published_run(RUN_NAME, card, source) for column, (card, _) in GPUS.items()}
     for table in published_tables():
-        if table.family is None:
+        if table.family is None or table.example.stand_in:
             continue
         facts = describe_shape(table.family, table.preset, **table.example.shape)
         wiring = all_families()[table.family].interval_regions
@@ -210,6 +296,8 @@ def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, 
                 training="lora",
                 lora_rank=example.lora_rank,
                 lora_dropout=LORA_DROPOUT,
+                lokr=example.lokr,
+                dtype=example.dtype,
                 **example.shape,
             ).peak_bytes
         except UnsupportedModeError as error:
@@ -271,7 +359,7 @@ class Comparison:
 def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparison:
     card = CARDS_MIB[GPUS[gpu][0]] * MIB
     context = DEVICE_MODELS[GPUS[gpu][1]].context_bytes
-    cells = {c.mode: c for c in table.cells if c.precision == "bf16" and c.gpu == gpu}
+    cells = {c.mode: c for c in table.compared if c.precision == "bf16" and c.gpu == gpu}
     base, base_guess = cells.get(BASELINE), predicted.get(BASELINE)
     result = Comparison(table, gpu, [])
     for mode, cell in cells.items():
@@ -325,8 +413,9 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
         "",
         f"From `sweep/published/{SOURCE.name}` (SimpleTuner's `SEGMENTED_CHECKPOINTING.md`, **published**),",
         "each family's bf16 rows **predicted** at the project's preset for it (`ckpt-sweep families` lists",
-        "them) at the shape, batch and LoRA rank of the table's SimpleTuner example config, LoRA dropout",
-        f"{LORA_DROPOUT} (SimpleTuner's default), on the `cuda` device",
+        "them) at the shape, batch and adapter of the table's SimpleTuner example config (LoRA with",
+        f"dropout {LORA_DROPOUT}, SimpleTuner's default, or LyCORIS LoKr in bypass mode as its `lycoris_config.json`",
+        "sets it; the example's precision where it trains in float32), on the `cuda` device",
         "model (L40S: its smaller cuBLAS workspace), each mode as SimpleTuner wires it for the family (its",
         "interval per block or in segments, its attention offload inside recomputed blocks too). A mode",
         f"is compared as its peak less `{BASELINE}`'s, published against predicted, which cancels what",
@@ -354,18 +443,30 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
         )
     errors = [abs(off) / GIB for c in comparisons for _, off in c.misses]
     if errors:
-        lines.append(f"- Misses: median {statistics.median(errors):.2f} GiB, largest {max(errors):.2f} GiB off.")
+        missed = {c.table.heading: c.table.example.known for c in comparisons if c.misses}
+        lines.append(
+            f"- Misses: median {statistics.median(errors):.2f} GiB, largest {max(errors):.2f} GiB off; "
+            f"{sum(map(bool, missed.values()))} of the {len(missed)} tables with misses say what is known of them "
+            f"({', '.join(sorted(h for h, known in missed.items() if known))}), the others are not explained here."
+        )
     lines.append("")
     for table in tables:
         if table.heading not in predicted:
             continue
         shape = "".join(f" {k}={v}" for k, v in table.example.shape.items())
         lines += [
-            f"### {table.heading} ({table.family} {table.preset}{shape}, LoRA rank {table.example.lora_rank})",
+            f"### {table.heading} ({table.family} {table.preset}{shape}, {table.example.trains})",
             "",
         ]
+        if table.eager:
+            lines += ["Compared with the table's control run without compilation: its main table ran compiled.", ""]
         if table.example.note:
             lines += [f"Not modelled: {table.example.note}.", ""]
+        missed = any(c.misses for c in comparisons if c.table is table)
+        if table.example.known:
+            lines += [f"Known of the misses: {table.example.known}.", ""]
+        elif missed:
+            lines += ["Misses not explained here.", ""]
         for comparison in (c for c in comparisons if c.table is table):
             lines += [
                 f"{comparison.gpu}:",

@@ -115,7 +115,10 @@ PUBLISHED_PARAMS_B = {
     ("chroma", "chroma"): 8.90,
     ("sd3", "sd3-medium"): 2.03,
     ("sd3", "sd3.5-large"): 8.06,
+    # 2.47 B in the released checkpoint, of which 0.23 B is the 384 x 384 position table (a buffer)
+    ("sd3", "sd3.5-medium"): 2.24,
     ("pixart", "sigma-1024"): 0.61,
+    ("pixart", "900m-1024"): 0.91,
     ("sana", "1600m-1024"): 1.60,
     ("sana-video", "2b-480p"): 2.06,
     ("auraflow", "v0.3"): 6.83,
@@ -321,3 +324,50 @@ def test_flux1_dev_sees_4096_image_tokens_at_1024_and_wan_14b_32760():
     }
     assert describe_shape("wan", "t2v-14b")["tokens"] == 21 * 30 * 52
     assert describe_shape("sdxl", "sdxl")["tokens"] is None  # a UNet: no token sequence
+
+
+def test_lokr_adapts_every_linear_inside_the_named_classes_and_trains_only_its_factors():
+    """SimpleTuner's LoKr examples: the Linear layers inside Attention and FeedForward modules, and
+    no others, get a Kronecker-factored adapter; the base stays frozen and a step reaches the factors."""
+    from ckptlib.adapters import KroneckerLinear, LoKr
+
+    lokr = LoKr({"Attention": 2, "FeedForward": 4})
+    plain = build("pixart", "tiny", training="frozen").model
+    expected = set(lokr.targets(plain))
+    assert any(".ff." in n for n in expected) and any(".attn2." in n for n in expected)
+    assert not any(n.startswith(("proj_out", "caption_projection", "adaln_single")) for n in expected)
+    work = build("pixart", "tiny", training="lora", lokr=lokr)
+    adapted = {n for n, m in work.model.named_modules() if isinstance(m, KroneckerLinear)}
+    assert adapted == expected
+    trained = {n for n, p in work.model.named_parameters() if p.requires_grad}
+    assert trained == {f"{n}.{w}" for n in adapted for w in ("w1", "w2")}
+    factors = {n: work.model.get_submodule(n).w1.shape for n in adapted}
+    assert factors["transformer_blocks.0.ff.net.2"][0] == 4 and factors["transformer_blocks.0.attn1.to_q"][0] == 2
+    work.optimizer = None  # keep the gradients
+    work.step()
+    grads = [p.grad for n, p in work.model.named_parameters() if p.requires_grad]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    assert all(p.grad is None for p in work.model.parameters() if not p.requires_grad)
+    with pytest.raises(ckptlib.SpecError, match="LoKr: no Linear layer inside a module of class Nowhere"):
+        build("pixart", "tiny", training="lora", lokr=LoKr({"Nowhere": 2}))
+
+
+@pytest.mark.parametrize("width,out,factor", [(1152, 1152, 2), (1152, 4608, 4), (4608, 1152, 4)])
+def test_a_lokr_layer_in_bypass_form_saves_its_input_and_one_output_sized_tensor(width, out, factor):
+    """NOTE [ LoKr in bypass mode ]: equal to the Kronecker product's weight applied to the input,
+    and what backward keeps is the input itself, one tensor of tokens x out_k x in_m, the factors
+    and the frozen weight: nothing the size of the product."""
+    from ckptlib.adapters import KroneckerLinear, factorization
+
+    layer = KroneckerLinear(torch.nn.Linear(width, out).requires_grad_(False), factor)
+    torch.nn.init.normal_(layer.w2)
+    x = torch.randn(2, 64, width, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = layer(x)
+    product = torch.kron(layer.w1, layer.w2)
+    torch.testing.assert_close(y, layer.base(x) + x @ product.T, rtol=1e-4, atol=1e-4)
+    new = [t for t in saved if t.untyped_storage().data_ptr() not in
+           {p.untyped_storage().data_ptr() for p in (x, layer.w1, layer.w2, layer.base.weight)}]  # fmt: skip
+    in_m, out_k = factorization(width, factor)[0], factorization(out, factor)[1]
+    assert [t.numel() for t in new] == [2 * 64 * out_k * in_m]

@@ -87,6 +87,10 @@ def test_simpletuners_family_tables_are_read_whole_with_what_each_row_ran():
     assert cell[("bf16", "activation-offload", "L40S")].status == "unsupported"
     krea = {(c.precision, c.mode, c.gpu): c for c in tables["Krea 2"].cells}
     assert krea[("bf16", "none", "H100")].peak_bytes != round(40.09 * GIB)  # the no-compile control's
+    # ... which is what predictions (of eager runs) are compared with: the main table ran compiled
+    eager = {(c.mode, c.gpu): c.peak_bytes for c in tables["Krea 2"].compared}
+    assert eager[("layer", "H100")] == round(30.06 * GIB) and len(eager) == 8
+    assert tables["AuraFlow"].compared == tables["AuraFlow"].cells
     statuses = {c.status for t in tables.values() for c in t.cells}
     assert statuses == {"ok", "OOM", "failed", "unsupported", "not run", "not measured"}
     assert (tables["AuraFlow"].family, tables["AuraFlow"].example.shape) == ("auraflow", {"height": 512, "width": 512})
