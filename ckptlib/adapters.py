@@ -38,13 +38,15 @@ class LoKr:
 
     def targets(self, model: nn.Module) -> dict[str, int]:
         """Each adapted layer's name -> its factor."""
-        inside = {name: self.factors[type(m).__name__] for name, m in model.named_modules()
+        modules = dict(model.named_modules())
+        inside = {name + ".": self.factors[type(m).__name__] for name, m in modules.items()
                   if type(m).__name__ in self.factors}  # fmt: skip
-        return {
-            name: next(f for owner, f in inside.items() if name.startswith(owner + "."))
-            for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and any(name.startswith(owner + ".") for owner in inside)
+        found = {
+            name: next((f for owner, f in inside.items() if name.startswith(owner)), None)
+            for name, m in modules.items()
+            if isinstance(m, nn.Linear)
         }
+        return {name: factor for name, factor in found.items() if factor is not None}
 
 
 def factorization(dimension: int, factor: int) -> tuple[int, int]:

@@ -79,7 +79,7 @@ def build(
     """A family's training step: random weights (the base optionally quantized), the family's
     inputs, flow-matching-style MSE. `lora_dropout`: PEFT's dropout before each adapter (SimpleTuner
     trains with 0.1), which saves a mask and a dropped input per adapted layer. `lokr`: LyCORIS LoKr
-    adapters instead of LoRA, as SimpleTuner's LoKr examples train them (ckptlib.workload.LoKr)."""
+    adapters instead of LoRA, as SimpleTuner's LoKr examples train them (ckptlib.adapters.LoKr)."""
     entry = get(family)
     shape = resolve_shape(family, preset, **shape_overrides)
     dtype = dtype or default_dtype(device)
