@@ -41,6 +41,12 @@ DEFAULT_OFFLOAD_STASH_DEPTH = 4
 # (checkpoint_sequential_state); "blocks": the blocks the pattern picks, every `interval`-th, or with
 # a stride the first `interval` of every `stride`, each its own region (should_checkpoint_block).
 REGIONS = ("segments", "blocks")
+# What an FFN-only backend recomputes in a block (SimpleTuner's copies of each family's blocks differ):
+# "modules": the block's feed-forward submodules (BlockSpec.feed_forward) and nothing else; "side":
+# the block's feed-forward side as the family's trainer checkpoints it (BlockSpec.ffn_sides: Flux's
+# norm, modulation, MLP, gate and residual; its single blocks' MLP path), the modules where a block
+# declares no side.
+FFN_SCOPES = ("modules", "side")
 # The pool stops growing past this share of the host's available memory (torchtune warns at 60%).
 DEFAULT_HOST_MEMORY_SHARE = 0.6
 
@@ -69,6 +75,7 @@ class CheckpointConfig:
     offload_attention_in_regions: offload attention inside recomputed regions too, as SimpleTuner's
         gradient_checkpointing_offload_attention does (NOTE [ Attention offload inside a region ] in
         ckptlib/wiring.py); without it attention is offloaded only in blocks that keep their activations.
+    ffn_scope: what an FFN-only backend recomputes in a block (FFN_SCOPES).
     """
 
     backend: str = "none"
@@ -83,6 +90,7 @@ class CheckpointConfig:
     host_memory_share: float = DEFAULT_HOST_MEMORY_SHARE
     regions: str = "segments"  # last: configs written positionally keep their meaning
     offload_attention_in_regions: bool = False
+    ffn_scope: str = "modules"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -102,6 +110,8 @@ class CheckpointConfig:
             raise ValueError("offload_attention_in_regions needs offload_attention")
         if self.regions not in REGIONS:
             raise ValueError(f"unknown regions {self.regions!r}; valid: {', '.join(REGIONS)}")
+        if self.ffn_scope not in FFN_SCOPES:
+            raise ValueError(f"unknown ffn_scope {self.ffn_scope!r}; valid: {', '.join(FFN_SCOPES)}")
         self._check_blocks()
         if self.pin_memory_max_buckets < 0:
             raise ValueError(f"pin_memory_max_buckets must be 0 or more, got {self.pin_memory_max_buckets}")

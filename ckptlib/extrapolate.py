@@ -147,6 +147,12 @@ class ShallowPredictor:
             self._meta.target = torch.empty(probe.target.shape, dtype=probe.target.dtype, device="meta")
 
     @property
+    def ffn_scope(self) -> str:
+        """What the FFN-only backends recompute in this model (ckptlib.config.FFN_SCOPES): its
+        feed-forward sides where its spec declares them (as its trainer wires them)."""
+        return "side" if self._meta.spec.ffn_sides else "modules"
+
+    @property
     def weight_bytes(self) -> int:
         """The device bytes of the model's weights, LoRA adapters included, as the allocator rounds
         them: alive through every stage of every step, a floor under any schedule's peak."""

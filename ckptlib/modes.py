@@ -3,7 +3,7 @@ each a CheckpointConfig. Harnesses and configs take their mode presets from here
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .config import CheckpointConfig
 
@@ -39,8 +39,57 @@ def mode_rank(mode: str) -> int:
     return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
 
 
-def as_wired(config: CheckpointConfig, interval_regions: str) -> CheckpointConfig:
-    """A mode as a trainer wires it for one family: an interval of whole blocks groups what the
-    family's `interval_regions` says (ckptlib.families.Family); anything else is unchanged."""
-    grouped = config.checkpoints and not config.ffn_only and (config.interval or 1) > 1
-    return replace(config, regions=interval_regions) if grouped else config
+@dataclass(frozen=True)
+class Wiring:
+    """How SimpleTuner's model of one family wires the docs' modes (the defaults: as this project
+    does for a model of one's own).
+
+    interval_regions: what `gradient_checkpointing_interval` groups of whole blocks
+        (ckptlib.config.REGIONS): "segments" where its transformer calls checkpoint_sequential_state,
+        "blocks" (every N-th block alone) where it calls only should_checkpoint_block.
+    ffn_scope: what `torch-ffn` / `unsloth-ffn` recompute (ckptlib.config.FFN_SCOPES): "side" where
+        its copy of the blocks hands a function of its own to the checkpoint (the family's
+        Family.ffn_sides), "modules" where it checkpoints the feed-forward module alone.
+    ffn_interval_regions: what an interval picks under those backends: "blocks" where its loop
+        checkpoints every N-th block's side.
+    """
+
+    interval_regions: str = "segments"
+    ffn_scope: str = "modules"
+    ffn_interval_regions: str = "segments"
+
+
+# Family name -> its wiring where it differs from the defaults, each read in SimpleTuner's
+# simpletuner/helpers/models/<file> (bghira/SimpleTuner bc8e6ab77). Torch-free, so that a verb that
+# reads recorded cells resolves what their modes meant without building a family.
+PER_BLOCK = Wiring(interval_regions="blocks")
+WIRINGS: dict[str, Wiring] = {
+    "ace-step": PER_BLOCK,  # ace_step/transformer.py: should_checkpoint_block
+    # chroma/transformer.py: should_checkpoint_block, for the FFN sides too
+    "chroma": Wiring("blocks", ffn_scope="side", ffn_interval_regions="blocks"),
+    "hidream": PER_BLOCK,  # hidream/transformer.py: should_checkpoint_block
+    "longcat-image": PER_BLOCK,  # longcat_image/transformer.py: should_checkpoint_block
+    "sana": PER_BLOCK,  # sana/transformer.py: should_checkpoint_block
+    "auraflow": PER_BLOCK,  # auraflow/transformer.py: should_checkpoint_block
+    "qwen-image": PER_BLOCK,  # qwen_image/transformer.py: should_checkpoint_block
+    "ernie-image": PER_BLOCK,  # ernie/transformer.py: should_checkpoint_block
+    "ideogram4": PER_BLOCK,  # ideogram/transformer.py: should_checkpoint_block
+    "cosmos2": PER_BLOCK,  # cosmos/transformer.py: should_checkpoint_block
+    "cosmos3": PER_BLOCK,  # cosmos3/transformer.py: should_checkpoint_block
+    "kandinsky5": PER_BLOCK,  # kandinsky5_video/transformer_kandinsky5.py: should_checkpoint_block
+    # flux/transformer.py: segments of whole blocks; a block's side where `index % interval == 0`
+    "flux1": Wiring(ffn_scope="side", ffn_interval_regions="blocks"),
+    "krea2": Wiring(ffn_scope="side"),  # krea2/transformer.py: Krea2TransformerBlock._ffn_forward
+    "z-image": Wiring(ffn_scope="side"),  # z_image/transformer.py: _ffn_forward_modulated
+}
+
+
+def as_wired(config: CheckpointConfig, wiring: Wiring) -> CheckpointConfig:
+    """A mode as a trainer wires it for one family: an FFN-only backend recomputes the wiring's
+    `ffn_scope`; an interval groups what its `interval_regions` (whole blocks) or
+    `ffn_interval_regions` (FFN-only) says; anything else is unchanged."""
+    if config.ffn_only:
+        config = replace(config, ffn_scope=wiring.ffn_scope)
+    if not config.checkpoints or (config.interval or 1) == 1:
+        return config
+    return replace(config, regions=wiring.ffn_interval_regions if config.ffn_only else wiring.interval_regions)

@@ -32,13 +32,15 @@ BACKEND_PATTERNS = {
 }
 
 
-def patterns() -> list[CheckpointConfig]:
-    """Every pattern the planner considers, no checkpointing first."""
+def patterns(ffn_scope: str = "modules") -> list[CheckpointConfig]:
+    """Every pattern the planner considers, no checkpointing first; the FFN-only backends recompute
+    `ffn_scope` (a spec with feed-forward sides: SimpleTuner's, what its `-ffn` keys run)."""
     found = [CheckpointConfig("none", offload_attention=a) for a in (False, True)]
     for backend, schedules in BACKEND_PATTERNS.items():
         for (interval, stride), attention in ((s, a) for s in schedules for a in (False, True)):
             interval = interval if interval > 1 else None  # the spelling users write for single blocks
-            found.append(CheckpointConfig(backend, interval=interval, stride=stride, offload_attention=attention))
+            config = CheckpointConfig(backend, interval=interval, stride=stride, offload_attention=attention)
+            found.append(replace(config, ffn_scope=ffn_scope) if config.ffn_only else config)
     return found
 
 
@@ -133,7 +135,8 @@ def plan_schedules(
     plan = ScheduleSearch([], None)
     results = list(_anchors_of_every_pattern(predictor, workers, progress))
     done = {pattern: anchors for pattern, anchors, _ in results}
-    found = {pattern: done[pattern] for pattern in patterns()}  # in a fixed order, however the workers finished
+    # in a fixed order, however the workers finished
+    found = {pattern: done[pattern] for pattern in patterns(predictor.ffn_scope)}
     for pattern, anchors in found.items():
         if isinstance(anchors, str):
             plan.unsupported[describe(pattern)] = anchors
@@ -151,7 +154,7 @@ def plan_schedules(
 def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progress):
     """(pattern, its estimates or why it is unsupported, the shallow predictions it took), the
     costliest patterns handed out first, so that no worker is left with a long one at the end."""
-    todo = sorted(patterns(), key=_expected_cost, reverse=True)
+    todo = sorted(patterns(predictor.ffn_scope), key=_expected_cost, reverse=True)
     if workers <= 1:
         results = (_anchors(predictor, pattern) for pattern in todo)
     else:

@@ -68,6 +68,23 @@ FIRST_ARG = CallConvention.leading(1)
 
 
 @dataclass(frozen=True)
+class FeedForwardSide:
+    """A block class's forward with its feed-forward side split out, as a trainer's copy of the class
+    checkpoints it for the FFN-only backends (CheckpointConfig.ffn_scope "side").
+
+    forward(block, run_side, *args, **kwargs) computes what the block's own forward computes, calling
+    `run_side(side, *tensors)` for the side; `side(block, *tensors)` takes its inputs positionally
+    (what the checkpoint saves) and uses no other tensor of the forward.
+    modules: the block's submodules the side runs (what a test checks the split against).
+    source: the trainer's file it mirrors.
+    """
+
+    forward: Callable[..., Any]
+    modules: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class BlockSpec:
     """Where a model's block lists are and which submodules of a block are attention and feed-forward.
 
@@ -78,6 +95,7 @@ class BlockSpec:
     mask_share: for a prediction on the meta device, where a boolean mask has no data, the share of
     its elements a boolean index keeps (a mixture of experts' per-expert token mask under balanced
     routing: 1 / experts). None: the model indexes by no data-dependent mask.
+    ffn_sides: block class name -> its FeedForwardSide, for CheckpointConfig.ffn_scope "side".
     """
 
     block_lists: Sequence[str]
@@ -87,6 +105,7 @@ class BlockSpec:
     name: str = "model"
     reasons: Mapping[str, str] = field(default_factory=dict)  # capability -> why the model lacks it
     mask_share: float | None = None
+    ffn_sides: Mapping[str, FeedForwardSide] = field(default_factory=dict)  # block class name -> its side
 
     def convention(self, block_list: str) -> CallConvention | None:
         return self.conventions.get(block_list, FIRST_ARG)

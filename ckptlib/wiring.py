@@ -9,6 +9,7 @@ the region pass their input through. The model's forward loop stays unchanged, s
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from .memory import storage_id
 from .offload import Offloader
 from .plan import BlockPlan, plan_lists
 from .pool import HostPool
-from .spec import FIRST_ARG, BlockSpec, CallConvention, UnsupportedModeError
+from .spec import FIRST_ARG, BlockSpec, CallConvention, FeedForwardSide, UnsupportedModeError
 
 
 def _by_name(forward: Callable, args: tuple, kwargs: dict) -> dict:
@@ -231,6 +232,18 @@ class CheckpointHandle:
 
         return forward
 
+    def side_forward(self, block: nn.Module, side: FeedForwardSide) -> Callable:
+        """The block's forward with its feed-forward side checkpointed as an FFN region (each side
+        function compiled once under a compile mode; the rest of the forward runs eagerly)."""
+        regions: dict[Callable, Callable] = {}
+
+        def run_side(fn: Callable, *tensors):
+            if fn not in regions:
+                regions[fn] = self.ffn_forward(self.compiler.compute(functools.partial(fn, block)))
+            return regions[fn](*tensors)
+
+        return functools.partial(side.forward, block, run_side)
+
     def attention_forward(self, original: Callable) -> Callable:
         grad_only = self.config.offload_attention_in_regions  # SimpleTuner's pack rule, wherever it runs
 
@@ -329,7 +342,10 @@ def _check_supported(config: CheckpointConfig, spec: BlockSpec, block_lists: dic
     # would leave the mode a no-op recorded as if it ran; it is unsupported, naming what is there.
     needed = {"feed_forward": config.ffn_only, "attention": config.offload_attention}
     for kind, names in (("feed_forward", spec.feed_forward), ("attention", spec.attention)):
-        if needed[kind] and not any(find_submodules(b, names) for blocks in block_lists.values() for b in blocks):
+        blocks = [b for bs in block_lists.values() for b in bs]
+        if kind == "feed_forward" and any(_side(b, config, spec) for b in blocks):
+            continue
+        if needed[kind] and not any(find_submodules(b, names) for b in blocks):
             raise UnsupportedModeError(f"{spec.name}: {unmatched(kind, names, block_lists)}")
     if (config.interval or 1) > 1 and not config.ffn_only and config.regions == "segments":
         ungroupable = [p for p in block_lists if spec.convention(p) is None]
@@ -367,6 +383,11 @@ def spec_problems(model: nn.Module, spec: BlockSpec) -> list[str]:
     return problems
 
 
+def _side(block: nn.Module, config: CheckpointConfig, spec: BlockSpec) -> FeedForwardSide | None:
+    """The block's feed-forward side, where the config's scope takes sides and its class has one."""
+    return spec.ffn_sides.get(type(block).__name__) if config.ffn_scope == "side" else None
+
+
 def find_submodules(block: nn.Module, names: Sequence[str]) -> list[nn.Module]:
     """Submodules of a block by path; `*` matches any one path part (`transformer_blocks.*.attn1`)."""
     found = []
@@ -402,8 +423,14 @@ def _apply_plan(
             for member, original in zip(members[1:], originals[1:]):
                 handle._wrap(member, handle.passthrough_forward(member, convention, original))
             in_regions.update(region)
+    sided = set()
     if config.ffn_only:
         for i in block_plan.checkpointed_blocks:
+            side = _side(blocks[i], config, spec)
+            if side is not None:
+                handle._wrap(blocks[i], handle.side_forward(blocks[i], side))
+                sided.add(i)
+                continue
             for ffn in find_submodules(blocks[i], spec.feed_forward):
                 handle._wrap(ffn, handle.ffn_forward(compute(ffn.forward)))
     if config.offload_attention:
@@ -418,5 +445,5 @@ def _apply_plan(
     if handle.compiler.compiles:  # the blocks no region runs (NOTE [ One code object per block variant ])
         for i, block in enumerate(blocks):
             wrapped = wrapped_submodules(block)
-            if i not in in_regions and (handle.compiler.mode == "regional" or wrapped):
+            if i not in in_regions | sided and (handle.compiler.mode == "regional" or wrapped):
                 handle._patch(block, compute(block.forward, wrapped))

@@ -28,7 +28,6 @@ def ace_step_inputs(config, shape, device, dtype, g):
 FAMILIES = (
     Family(
         name="ace-step",
-        interval_regions="blocks",  # SimpleTuner helpers/models/ace_step/transformer.py: should_checkpoint_block
         docs_name="ACE Step 1.5",
         cls="AceStepTransformer1DModel",
         presets={

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..spec import BlockSpec, CallConvention, UnsupportedModeError
+from ..modes import WIRINGS, Wiring
+from ..spec import BlockSpec, CallConvention, FeedForwardSide, UnsupportedModeError
 from .geometry import FamilyShape, Latents, constructor_config
 from .materialize import build_on_meta
 
@@ -52,11 +53,6 @@ class Family:
     # what a training sample is, for throughput (samples/s): None for images, or frames where the
     # shape has frames (video); audio families count clips
     sample_unit: str | None = None
-    # What `gradient_checkpointing_interval` groups in SimpleTuner's model of this family
-    # (ckptlib.config.REGIONS): "segments" of consecutive blocks where its transformer calls
-    # checkpoint_sequential_state, "blocks" (every N-th block alone) where it calls only
-    # should_checkpoint_block. The docs' interval columns mean this (ckptlib.modes.as_wired).
-    interval_regions: str = "segments"
     # The model config's count of routed experts, for a mixture of experts that routes tokens by a
     # boolean mask per expert: a prediction keeps 1 / that many tokens per expert (balanced routing;
     # BlockSpec.mask_share).
@@ -64,6 +60,15 @@ class Family:
     # Inputs whose values the model reads in Python (`mask.sum(1).tolist()`): the meta device has
     # no values, so a build on it makes these on the CPU (Workload.host_inputs).
     host_inputs: tuple[str, ...] = ()
+    # Block class name -> its feed-forward side as SimpleTuner's copy of the block checkpoints it for
+    # the FFN-only backends (ckptlib/families/ffn_sides.py), where ckptlib.modes.WIRINGS gives the
+    # family the "side" scope.
+    ffn_sides: Mapping[str, FeedForwardSide] = field(default_factory=dict)
+
+    @property
+    def wiring(self) -> Wiring:
+        """What the docs' modes mean for this family (ckptlib.modes.WIRINGS, as_wired)."""
+        return WIRINGS.get(self.name, Wiring())
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists
@@ -75,6 +80,7 @@ class Family:
             name=self.docs_name,
             reasons=self.reasons,
             mask_share=1 / model.config[self.routed_experts] if self.routed_experts else None,
+            ffn_sides=self.ffn_sides,
         )
 
     def model_class(self):

@@ -7,6 +7,7 @@ import torch
 from ..spec import FIRST_ARG
 from .common import ENCODER_HIDDEN, HIDDEN, IMAGE_1024, PACKED, PATCHED, TINY_IMAGE, grid_ids, randn, timestep
 from .family import Family, Preset
+from .ffn_sides import CHROMA_SIDES, FLUX_SIDES, KREA2_SIDES
 from .geometry import FamilyShape
 
 
@@ -126,8 +127,10 @@ FAMILIES = (
         block_lists={"transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": ENCODER_HIDDEN},
         attention=("attn",),
         feed_forward=("ff", "ff_context"),
-        blocks_note="double blocks: attn, ff, ff_context; single blocks fuse the MLP into the attention path, "
-        "so torch-ffn / unsloth-ffn recompute the double blocks' feed-forwards only",
+        ffn_sides=FLUX_SIDES,
+        blocks_note="double blocks: attn, ff, ff_context; single blocks fuse the MLP into the attention path: "
+        "torch-ffn / unsloth-ffn recompute the double blocks' norm2, modulation, MLP, gate and residual and the "
+        "single blocks' MLP path, as SimpleTuner does (mode.ffn_scope=modules: the double blocks' ff modules only)",
     ),
     Family(
         name="flux2",
@@ -213,7 +216,6 @@ FAMILIES = (
     ),
     Family(
         name="chroma",
-        interval_regions="blocks",  # SimpleTuner helpers/models/chroma/transformer.py: should_checkpoint_block
         docs_name="Chroma",
         cls="ChromaTransformer2DModel",
         presets={
@@ -241,6 +243,7 @@ FAMILIES = (
         block_lists={"transformer_blocks": None, "single_transformer_blocks": None},
         attention=("attn",),
         feed_forward=("ff", "ff_context"),
+        ffn_sides=CHROMA_SIDES,
     ),
     Family(
         name="krea2",
@@ -274,11 +277,11 @@ FAMILIES = (
         block_lists={"transformer_blocks": FIRST_ARG},
         attention=("attn",),
         feed_forward=("ff",),
+        ffn_sides=KREA2_SIDES,
         blocks_note="the joint transformer blocks; the text-fusion stack is not checkpointed",
     ),
     Family(
         name="hidream",
-        interval_regions="blocks",  # SimpleTuner helpers/models/hidream/transformer.py: should_checkpoint_block
         docs_name="HiDream",
         cls="HiDreamImageTransformer2DModel",
         presets={
@@ -329,7 +332,6 @@ FAMILIES = (
     ),
     Family(
         name="longcat-image",
-        interval_regions="blocks",  # SimpleTuner helpers/models/longcat_image/transformer.py: should_checkpoint_block
         docs_name="LongCat Image",
         cls="LongCatImageTransformer2DModel",
         presets={

@@ -8,6 +8,7 @@ import torch
 from ..spec import FIRST_ARG
 from .common import ENCODER_HIDDEN, HIDDEN, PACKED, PATCHED, TINY_IMAGE, grid_ids, randn, timestep
 from .family import Family, Preset
+from .ffn_sides import Z_IMAGE_SIDES
 from .geometry import FamilyShape, Latents
 
 
@@ -252,7 +253,6 @@ FAMILIES = (
     ),
     Family(
         name="sana",
-        interval_regions="blocks",  # SimpleTuner helpers/models/sana/transformer.py: should_checkpoint_block
         docs_name="Sana",
         cls="SanaTransformer2DModel",
         presets={
@@ -311,7 +311,6 @@ FAMILIES = (
     ),
     Family(
         name="auraflow",
-        interval_regions="blocks",  # SimpleTuner helpers/models/auraflow/transformer.py: should_checkpoint_block
         docs_name="AuraFlow",
         cls="AuraFlowTransformer2DModel",
         presets={
@@ -373,7 +372,6 @@ FAMILIES = (
     ),
     Family(
         name="qwen-image",
-        interval_regions="blocks",  # SimpleTuner helpers/models/qwen_image/transformer.py: should_checkpoint_block
         docs_name="Qwen Image",
         cls="QwenImageTransformer2DModel",
         presets={
@@ -486,12 +484,12 @@ FAMILIES = (
         block_lists={"noise_refiner": FIRST_ARG, "context_refiner": FIRST_ARG, "layers": FIRST_ARG},
         attention=("attention",),
         feed_forward=("feed_forward",),
+        ffn_sides=Z_IMAGE_SIDES,
         blocks_note="noise and context refiners are checkpointed as block lists of their own; the model pads "
         "image and caption tokens to multiples of 32",
     ),
     Family(
         name="ernie-image",
-        interval_regions="blocks",  # SimpleTuner helpers/models/ernie/transformer.py: should_checkpoint_block
         docs_name="ERNIE 4.5 Image",
         cls="ErnieImageTransformer2DModel",
         presets={
@@ -518,7 +516,6 @@ FAMILIES = (
     ),
     Family(
         name="ideogram4",
-        interval_regions="blocks",  # SimpleTuner helpers/models/ideogram/transformer.py: should_checkpoint_block
         docs_name="Ideogram 4.0",
         cls="Ideogram4Transformer2DModel",
         presets={

@@ -324,7 +324,6 @@ FAMILIES = (
     ),
     Family(
         name="cosmos2",
-        interval_regions="blocks",  # SimpleTuner helpers/models/cosmos/transformer.py: should_checkpoint_block
         docs_name="Cosmos 2 Image",
         cls="CosmosTransformer3DModel",
         presets={
@@ -359,7 +358,6 @@ FAMILIES = (
     ),
     Family(
         name="cosmos3",
-        interval_regions="blocks",  # SimpleTuner helpers/models/cosmos3/transformer.py: should_checkpoint_block
         docs_name="Cosmos 3",
         cls="Cosmos3OmniTransformer",
         presets={
@@ -393,8 +391,6 @@ FAMILIES = (
     ),
     Family(
         name="kandinsky5",
-        # SimpleTuner helpers/models/kandinsky5_video/transformer_kandinsky5.py: should_checkpoint_block
-        interval_regions="blocks",
         docs_name="Kandinsky 5",
         cls="Kandinsky5Transformer3DModel",
         presets={

@@ -15,7 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS, CheckpointConfig
-from ckptlib.modes import MODES, as_wired
+from ckptlib.modes import MODES, WIRINGS, Wiring, as_wired
 from ckptlib.plan import describe_blocks
 
 if TYPE_CHECKING:
@@ -84,6 +84,9 @@ class Cell:
         group="checkpoint",
         since=6,
     )
+    # what an FFN-only backend recomputes (ckptlib.config.FFN_SCOPES); a mode that does not say takes
+    # the family's wiring (`wired_ffn_scope`), so a docs -ffn column means what SimpleTuner ran
+    ffn_scope: str = setting("modules", config="mode.ffn_scope", label="FFN scope {}", group="checkpoint", since=6)
     quantization: str = setting("none", config="quantization.name", column=True)
     training: str = setting("lora", config="training", label="{}", column=True)
     lora_rank: int = setting(16, config="lora_rank", label="LoRA rank {}", group="run")
@@ -140,6 +143,7 @@ class Cell:
             blocks=self.blocks,
             offload_attention=self.offload_attention,
             offload_attention_in_regions=self.offload_attention_in_regions,
+            ffn_scope=self.ffn_scope,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
             offload_stash_depth=self.offload_stash_depth,
             offload_prefetch=self.offload_prefetch,
@@ -198,23 +202,30 @@ def cell_from_config(cfg) -> Cell:
     return Cell(**values)
 
 
-def wired_regions(values: dict[str, Any]) -> str:
-    """What a cell's interval groups when its mode does not say: what SimpleTuner's model of the
-    family groups (ckptlib.families.Family.interval_regions); segments for any other model."""
+def _wired(values: dict[str, Any]) -> CheckpointConfig | None:
+    """A cell's mode as SimpleTuner's model of its family wires it (ckptlib.modes.WIRINGS; a model of
+    one's own: the defaults); None for an invalid mode, recorded as such whatever it wires."""
     try:
         config = CheckpointConfig(values["backend"], interval=values.get("interval"))
     except ValueError:
-        return default("regions")  # an invalid mode is recorded as such, whatever it groups
-    if as_wired(config, "blocks") == as_wired(config, "segments"):  # no interval of blocks: no wiring applies
-        return config.regions
-    from ckptlib.families import all_families  # imports torch: only where a family's wiring decides
+        return None
+    return as_wired(config, WIRINGS.get(values.get("family"), Wiring()))
 
-    family = all_families().get(values.get("family"))
-    return as_wired(config, family.interval_regions if family is not None else default("regions")).regions
+
+def wired_regions(values: dict[str, Any]) -> str:
+    """What a cell's interval groups when its mode does not say."""
+    config = _wired(values)
+    return default("regions") if config is None else config.regions
+
+
+def wired_ffn_scope(values: dict[str, Any]) -> str:
+    """What a cell's FFN-only backend recomputes when its mode does not say."""
+    config = _wired(values)
+    return default("ffn_scope") if config is None else config.ffn_scope
 
 
 # Fields a typed config may leave None, resolved from the cell's other values.
-RESOLVED = {"regions": wired_regions}
+RESOLVED = {"regions": wired_regions, "ffn_scope": wired_ffn_scope}
 
 
 def _offloads(values: dict[str, Any], preset: CheckpointConfig | None) -> bool:
@@ -237,7 +248,8 @@ def differing(values: dict[str, Any], mode: str) -> list[str]:
     preset = MODES.get(mode)
     expected = preset and {s: getattr(preset, s) for s in LABELS["checkpoint"]}
     if expected and values.get("backend") is not None:
-        expected["regions"] = wired_regions({**values, "interval": preset.interval, "backend": preset.backend})
+        wired = {**values, "interval": preset.interval, "backend": preset.backend}
+        expected.update({name: resolve(wired) for name, resolve in RESOLVED.items()})
     named = [
         s
         for s in LABELS["checkpoint"]

@@ -24,7 +24,7 @@ from ckptlib.names import ATTENTION_BACKENDS, TRAINING_MODES
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from sweep.machine import gpus
 
-from .cell import DTYPES, default
+from .cell import DTYPES, RESOLVED, default
 
 # OmegaConf checks an enum field's value by member name: these are the allowed words.
 Training = Enum("Training", {mode: mode for mode in TRAINING_MODES})
@@ -48,6 +48,9 @@ class ModeConfig:
     blocks: Any = default("blocks")  # the first k blocks (an int) or a list of block indices; None: every block
     offload_attention: bool = default("offload_attention")
     offload_attention_in_regions: bool = default("offload_attention_in_regions")
+    # what an FFN-only backend recomputes: modules | side; None: as SimpleTuner wires the family (the
+    # docs' -ffn columns), its feed-forward modules for a builder of one's own
+    ffn_scope: Optional[str] = None
 
 
 @dataclass
@@ -211,8 +214,9 @@ def unknown_word(override: str, value: str, words: list[str]) -> str | None:
 
 
 def mode_config(name: str, config: CheckpointConfig) -> ModeConfig:
-    """A mode preset; what its interval groups is left to the family (ModeConfig.regions)."""
-    named = (f.name for f in fields(ModeConfig) if f.name not in ("name", "regions"))
+    """A mode preset; what its interval groups and its FFN scope are left to the family
+    (ModeConfig.regions, ModeConfig.ffn_scope)."""
+    named = (f.name for f in fields(ModeConfig) if f.name not in ("name", *RESOLVED))
     return ModeConfig(name=name, **{field: getattr(config, field) for field in named})
 
 

@@ -102,6 +102,7 @@ def schedule_key(config: CheckpointConfig) -> tuple:
         config.offload_attention,
         config.offload_attention_in_regions,
         regions,
+        config.ffn_scope if config.ffn_only else "modules",
     )
 
 
@@ -289,6 +290,17 @@ def _calibrated(engine: Engine, request: Request, plan: ScheduleSearch, assumed:
     )
 
 
+def docs_schedules(request: Request) -> dict[str, CheckpointConfig]:
+    """The docs' modes as SimpleTuner wires them for the request's family (its interval grouping and
+    FFN scope; a model of one's own takes them as they are), as a cell of that mode records them."""
+    from ckptlib.families import all_families
+    from ckptlib.modes import MODES, Wiring, as_wired
+
+    family = all_families().get(request.family) if request.builder == builtin_builder(request.family) else None
+    wiring = family.wiring if family is not None else Wiring()
+    return {name: as_wired(config, wiring) for name, config in MODES.items()}
+
+
 def recorded_schedule(config: dict) -> CheckpointConfig:
     """The schedule of a recorded cell's config (JSON: an explicit block set is a list)."""
     schedule = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k in SCHEDULE_FIELDS}
@@ -450,6 +462,8 @@ def run_override(config: CheckpointConfig) -> str:
             words.append(f"mode.{name}={getattr(config, name)}")
     if (config.interval or 1) > 1:  # said, not left to the family's wiring (Cell.regions)
         words.append(f"mode.regions={config.regions}")
+    if config.ffn_only:  # said, not left to the family's wiring (Cell.ffn_scope)
+        words.append(f"mode.ffn_scope={config.ffn_scope}")
     if config.blocks is not None and config.checkpoints:
         blocks = config.blocks if isinstance(config.blocks, int) else "[" + ",".join(map(str, config.blocks)) + "]"
         words.append(f"mode.blocks={blocks}")

@@ -10,14 +10,22 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptlib import MODES
+from ckptlib import CheckpointConfig
 from ckptlib.planner import Candidate, describe
 from ckptlib.quantize import inherited_environment
 from ckptlib.units import format_bytes
 from sweep.vocabulary import Provenance, Status
 
 from . import VERIFY_ROUNDS, VERIFY_STEPS
-from .planning import SCHEDULE_FIELDS, PlanResult, Request, cell_overrides, recorded_schedule, schedule_key
+from .planning import (
+    SCHEDULE_FIELDS,
+    PlanResult,
+    Request,
+    cell_overrides,
+    docs_schedules,
+    recorded_schedule,
+    schedule_key,
+)
 
 # NOTE [ Verdicts above the noise ]: on a CPU, and on a shared GPU host, two schedules' step
 # times differ from run to run by more than neighbours on the frontier differ from each other. So
@@ -58,7 +66,7 @@ def verify(
     one run per round, and say whether the predicted order held above the noise."""
     chosen = top(outcome)
     budget = outcome.request.budget_bytes
-    docs = docs_modes_beside(outcome.plan.fitting(budget), chosen)
+    docs = docs_modes_beside(outcome.plan.fitting(budget), chosen, docs_schedules(outcome.request))
     try:
         measured = measure_rounds(outcome.request, chosen, docs, db_url, run_name, steps, warmup, rounds)
     except RuntimeError as error:
@@ -66,11 +74,13 @@ def verify(
     return verdict(chosen, docs, measured, budget)
 
 
-def docs_modes_beside(fitting: list[Candidate], chosen: list[Candidate]) -> list[str]:
-    """The docs' modes among the fitting schedules, less those chosen: a docs mode with a chosen
-    schedule is the same cell, measured once under its plan-N name."""
+def docs_modes_beside(
+    fitting: list[Candidate], chosen: list[Candidate], docs: dict[str, CheckpointConfig]
+) -> list[str]:
+    """The docs' modes (`docs`: as wired for the family) among the fitting schedules, less those
+    chosen: a docs mode with a chosen schedule is the same cell, measured once under its plan-N name."""
     keys = {schedule_key(c.config) for c in fitting} - {schedule_key(c.config) for c in chosen}
-    return [name for name, config in MODES.items() if schedule_key(config) in keys]
+    return [name for name, config in docs.items() if schedule_key(config) in keys]
 
 
 def measure_rounds(
@@ -149,7 +159,8 @@ def measure(
     cells = load_cells(engine, [int(runs.sort_values("started_at")["id"].iloc[-1])])
     by_schedule = {schedule_key(recorded_schedule(row.config)): row for row in cells.itertuples()}
     measured = {name: by_schedule.get(schedule_key(c.config)) for name, c in zip(names, candidates)}
-    measured.update({name: by_schedule.get(schedule_key(MODES[name])) for name in docs})
+    wired = docs_schedules(request)
+    measured.update({name: by_schedule.get(schedule_key(wired[name])) for name in docs})
     return {name: row for name, row in measured.items() if row is not None}
 
 

@@ -253,7 +253,7 @@ def family_runs() -> list[dict]:
         if table.family is None or table.example.stand_in:
             continue
         facts = describe_shape(table.family, table.preset, **table.example.shape)
-        wiring = all_families()[table.family].interval_regions
+        wiring = all_families()[table.family].wiring
         for published in table.cells:
             quantization = QUANTIZATION_OF_ROW.get(published.precision)
             recorded = published.status == TEXT[Status.OK] or published.status in FROM_TEXT
@@ -285,7 +285,7 @@ def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, 
     build = getattr(builders, family)
     found: dict[str, int | str] = {}
     for mode in modes:
-        wiring = all_families()[family].interval_regions
+        wiring = all_families()[family].wiring
         config = as_wired(MODES[mode], wiring)  # the docs' columns as SimpleTuner ran them
         try:
             found[mode] = predict(

@@ -23,6 +23,9 @@ MODES = {
     "unsloth-first2": CheckpointConfig("unsloth", blocks=2, min_offload_bytes=0),
     "torch-ffn": CheckpointConfig("torch-ffn"),
     "unsloth-ffn": CheckpointConfig("unsloth-ffn", min_offload_bytes=0),
+    # the feed-forward side as SimpleTuner checkpoints it, where the family declares one (the modules elsewhere)
+    "torch-ffn-side": CheckpointConfig("torch-ffn", ffn_scope="side"),
+    "unsloth-ffn-side": CheckpointConfig("unsloth-ffn", ffn_scope="side", min_offload_bytes=0),
     "activation-offload": CheckpointConfig("none", offload_attention=True, min_offload_bytes=0),
     "activation-offload-in-regions": CheckpointConfig(
         "torch", offload_attention=True, offload_attention_in_regions=True, min_offload_bytes=0
@@ -55,6 +58,19 @@ def reference(name):
     return _references[name]
 
 
+def reorders(family, config) -> bool:
+    """Whether the config runs a side whose ops run in another order than the class's forward."""
+    return config.ffn_only and config.ffn_scope == "side" and any("Single" in name for name in family.ffn_sides)
+
+
+def ffn_regions(block, family, config) -> int:
+    """FFN regions one forward of `block` runs: its side, where the scope takes sides and its class
+    declares one, else each of its feed-forward modules."""
+    if config.ffn_scope == "side" and type(block).__name__ in family.ffn_sides:
+        return 1
+    return len(find_submodules(block, family.feed_forward))
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("name", BUILDABLE)
 def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
@@ -81,7 +97,12 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
     assert grads.keys() == reference_grads.keys()
     for key, grad in reference_grads.items():
         assert (grad is None) == (grads[key] is None), key
-        if grad is not None:
+        if grad is not None and reorders(family, config):
+            # A single-stream side runs the MLP after attention, as SimpleTuner's copy does, where
+            # diffusers runs it first: the shared pre-norm's gradient sums its consumers in another
+            # order, which rounds differently (3e-7 relative on Chroma's tiny preset).
+            torch.testing.assert_close(grads[key], grad, msg=key)
+        elif grad is not None:
             assert torch.equal(grads[key], grad), key  # fp32 on CPU: bitwise
     report, plans = handle.report, handle.plans
     if config.blocks is not None:
@@ -93,7 +114,7 @@ def test_tiny_preset_gradients_equal_under_every_mode(name, mode):
     assert report.blocks_recomputed == (sum(len(p.checkpointed_blocks) for p in plans.values()) if whole_block else 0)
     if config.ffn_only:
         declared = sum(
-            len(find_submodules(handle.model.get_submodule(path)[i], family.feed_forward))
+            ffn_regions(handle.model.get_submodule(path)[i], family, config)
             for path, p in plans.items()
             for i in p.checkpointed_blocks
         )
@@ -161,10 +182,10 @@ PER_BLOCK_INTERVAL = {
 
 
 def test_the_docs_interval_columns_group_what_simpletuners_model_of_the_family_groups():
-    assert {n for n, f in FAMILIES.items() if f.interval_regions == "blocks"} == set(PER_BLOCK_INTERVAL)
+    assert {n for n, f in FAMILIES.items() if f.wiring.interval_regions == "blocks"} == set(PER_BLOCK_INTERVAL)
     for name, lists in (("chroma", ["[0]", "[0] [2]"]), ("flux1", ["[0-1]", "[0-1] [2-3]"])):
         work = build(name, "tiny")
-        config = as_wired(ckptlib.MODES["interval2"], get(name).interval_regions)
+        config = as_wired(ckptlib.MODES["interval2"], get(name).wiring)
         handle = ckptlib.apply(work.model, config, work.spec)
         plans = [handle.report.plans[path] for path in work.spec.block_lists]
         assert [plan.split("regions ")[1].split(";")[0] for plan in plans] == lists, (name, plans)

@@ -79,6 +79,7 @@ def test_every_recorded_cell_key_is_what_its_config_gives_today():
         "offload_prefetch",
         "regions",
         "offload_attention_in_regions",
+        "ffn_scope",
     }
 
 
@@ -107,6 +108,22 @@ def test_a_docs_interval_column_means_what_simpletuner_ran_for_the_family_under_
     assert Cell(**before).key == pairs.key
     assert chroma.checkpoint_config().regions == "blocks"
     assert "interval as" not in chroma.describe() and "(interval as segments)" in pairs.describe()
+
+
+def test_a_docs_ffn_column_recomputes_what_simpletuner_recomputes_for_the_family_under_a_key_of_its_own():
+    """SimpleTuner's Flux.1 checkpoints each block's feed-forward side (norm, modulation, MLP, gate
+    and residual; the single blocks' MLP path); its Wan, the MLP module alone. A docs -ffn cell says
+    which; Flux.1's cells of the modules alone (what torch-ffn recomputed before) keep their key."""
+    flux = composed("family=flux1", "mode=torch-ffn")
+    modules = composed("family=flux1", "mode=torch-ffn", "mode.ffn_scope=modules")
+    wan = composed("family=wan", "preset=tiny", "mode=unsloth-ffn")
+    assert (flux.ffn_scope, modules.ffn_scope, wan.ffn_scope) == ("side", "modules", "modules")
+    assert composed("family=flux1", "mode=layer").ffn_scope == "modules"  # no FFN-only backend
+    assert flux.key != modules.key
+    before = {k: v for k, v in modules.as_dict().items() if k != "ffn_scope"}  # as recorded before it existed
+    assert Cell(**before).key == modules.key
+    assert flux.checkpoint_config().ffn_scope == "side"
+    assert "FFN scope" not in flux.describe() and "(FFN scope modules)" in modules.describe()
 
 
 def test_a_progress_line_tells_cells_apart_by_every_setting_that_differs():

@@ -25,7 +25,7 @@ def test_tiny_sweep_over_all_families_has_no_failures(tmp_path):
     grouped = [
         n
         for n in BUILDABLE
-        if None not in handle_free_spec(n).conventions.values() or FAMILIES[n].interval_regions == "blocks"
+        if None not in handle_free_spec(n).conventions.values() or FAMILIES[n].wiring.interval_regions == "blocks"
     ]
     assert statuses["ok"] == len(grouped)
     assert query(db, "select count(*) from cells where family = 'flux1' and tokens = 16 and height = 64") == [(1,)]
