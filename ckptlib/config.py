@@ -47,6 +47,10 @@ REGIONS = ("segments", "blocks")
 # norm, modulation, MLP, gate and residual; its single blocks' MLP path), the modules where a block
 # declares no side.
 FFN_SCOPES = ("modules", "side")
+# What attention offload's saved-tensor hooks wrap (SimpleTuner's copies differ per family): "module":
+# the declared attention submodules' whole forward (projections, norms, rotary, kernel); "kernel": only
+# the scaled-dot-product-attention calls inside them (Kandinsky 5: around dispatch_attention_fn).
+ATTENTION_OFFLOAD_SCOPES = ("module", "kernel")
 # The pool stops growing past this share of the host's available memory (torchtune warns at 60%).
 DEFAULT_HOST_MEMORY_SHARE = 0.6
 
@@ -76,6 +80,7 @@ class CheckpointConfig:
         gradient_checkpointing_offload_attention does (NOTE [ Attention offload inside a region ] in
         ckptlib/wiring.py); without it attention is offloaded only in blocks that keep their activations.
     ffn_scope: what an FFN-only backend recomputes in a block (FFN_SCOPES).
+    attention_offload_scope: what attention offload wraps (ATTENTION_OFFLOAD_SCOPES).
     """
 
     backend: str = "none"
@@ -91,6 +96,7 @@ class CheckpointConfig:
     regions: str = "segments"  # last: configs written positionally keep their meaning
     offload_attention_in_regions: bool = False
     ffn_scope: str = "modules"
+    attention_offload_scope: str = "module"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -112,6 +118,9 @@ class CheckpointConfig:
             raise ValueError(f"unknown regions {self.regions!r}; valid: {', '.join(REGIONS)}")
         if self.ffn_scope not in FFN_SCOPES:
             raise ValueError(f"unknown ffn_scope {self.ffn_scope!r}; valid: {', '.join(FFN_SCOPES)}")
+        if self.attention_offload_scope not in ATTENTION_OFFLOAD_SCOPES:
+            valid = ", ".join(ATTENTION_OFFLOAD_SCOPES)
+            raise ValueError(f"unknown attention_offload_scope {self.attention_offload_scope!r}; valid: {valid}")
         self._check_blocks()
         if self.pin_memory_max_buckets < 0:
             raise ValueError(f"pin_memory_max_buckets must be 0 or more, got {self.pin_memory_max_buckets}")

@@ -52,11 +52,15 @@ class Wiring:
         Family.ffn_sides), "modules" where it checkpoints the feed-forward module alone.
     ffn_interval_regions: what an interval picks under those backends: "blocks" where its loop
         checkpoints every N-th block's side.
+    attention_offload_scope: what `gradient_checkpointing_offload_attention`'s hooks wrap
+        (ckptlib.config.ATTENTION_OFFLOAD_SCOPES): "module" where its blocks put them around the
+        attention module's call, "kernel" where its attention processor puts them around the kernel.
     """
 
     interval_regions: str = "segments"
     ffn_scope: str = "modules"
     ffn_interval_regions: str = "segments"
+    attention_offload_scope: str = "module"
 
 
 # Family name -> its wiring where it differs from the defaults, each read in SimpleTuner's
@@ -76,7 +80,9 @@ WIRINGS: dict[str, Wiring] = {
     "ideogram4": PER_BLOCK,  # ideogram/transformer.py: should_checkpoint_block
     "cosmos2": PER_BLOCK,  # cosmos/transformer.py: should_checkpoint_block
     "cosmos3": PER_BLOCK,  # cosmos3/transformer.py: should_checkpoint_block
-    "kandinsky5": PER_BLOCK,  # kandinsky5_video/transformer_kandinsky5.py: should_checkpoint_block
+    # kandinsky5_video/transformer_kandinsky5.py: should_checkpoint_block; the offload hooks around
+    # dispatch_attention_fn in its attention processor
+    "kandinsky5": Wiring("blocks", attention_offload_scope="kernel"),
     # flux/transformer.py: segments of whole blocks; a block's side where `index % interval == 0`
     "flux1": Wiring(ffn_scope="side", ffn_interval_regions="blocks"),
     "krea2": Wiring(ffn_scope="side"),  # krea2/transformer.py: Krea2TransformerBlock._ffn_forward
@@ -86,10 +92,13 @@ WIRINGS: dict[str, Wiring] = {
 
 def as_wired(config: CheckpointConfig, wiring: Wiring) -> CheckpointConfig:
     """A mode as a trainer wires it for one family: an FFN-only backend recomputes the wiring's
-    `ffn_scope`; an interval groups what its `interval_regions` (whole blocks) or
-    `ffn_interval_regions` (FFN-only) says; anything else is unchanged."""
+    `ffn_scope`, attention offload wraps its `attention_offload_scope`, an interval groups what its
+    `interval_regions` (whole blocks) or `ffn_interval_regions` (FFN-only) says; anything else is
+    unchanged."""
     if config.ffn_only:
         config = replace(config, ffn_scope=wiring.ffn_scope)
+    if config.offload_attention:
+        config = replace(config, attention_offload_scope=wiring.attention_offload_scope)
     if not config.checkpoints or (config.interval or 1) == 1:
         return config
     return replace(config, regions=wiring.ffn_interval_regions if config.ffn_only else wiring.interval_regions)

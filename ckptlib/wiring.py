@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
+from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .compile import NO_COMPILE, Compiler, wrapped_submodules
@@ -81,6 +82,28 @@ class Report:
 # attention's no-grad tensors on the device for the whole step: Wan 2.1 14B's LoRA dropout masks
 # alone are about 20 GiB at 480p, 81 frames, which is why the docs' activation-offload peaks sit
 # above `layer`.
+
+
+def _around(scope: str, hooks: Callable[[], contextlib.AbstractContextManager]) -> contextlib.AbstractContextManager:
+    """`hooks` around an attention's call, or with scope "kernel" around each scaled-dot-product
+    attention call inside it (diffusers' dispatch looks the function up at each call)."""
+    return hooks() if scope == "module" else _around_kernel(hooks)
+
+
+@contextlib.contextmanager
+def _around_kernel(hooks: Callable[[], contextlib.AbstractContextManager]):
+    kernel = F.scaled_dot_product_attention
+
+    @functools.wraps(kernel)
+    def hooked(*args, **kwargs):
+        with hooks():
+            return kernel(*args, **kwargs)
+
+    F.scaled_dot_product_attention = hooked
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = kernel
 
 
 def _dropped(tensor: torch.Tensor) -> None:
@@ -246,15 +269,16 @@ class CheckpointHandle:
 
     def attention_forward(self, original: Callable) -> Callable:
         grad_only = self.config.offload_attention_in_regions  # SimpleTuner's pack rule, wherever it runs
+        scope = self.config.attention_offload_scope
 
         def forward(*args, **kwargs):
             if not torch.is_grad_enabled():
                 return original(*args, **kwargs)
             if _recomputing():  # NOTE [ Attention offload inside a region ]
-                with saved_tensors_hooks(_dropped, _never_unpacked):
+                with _around(scope, lambda: saved_tensors_hooks(_dropped, _never_unpacked)):
                     return original(*args, **kwargs)
             self._counters.attention_regions_offloaded += 1
-            with self._offloader.hooks(grad_only):
+            with _around(scope, lambda: self._offloader.hooks(grad_only)):
                 return original(*args, **kwargs)
 
         return forward
@@ -287,6 +311,11 @@ def apply(
         raise UnsupportedModeError(
             f"compile {compile}: attention offload inside recomputed regions does not run compiled "
             "(its hooks would sit inside the compiled block); seg2-stride4-offload-plain offloads in plain blocks"
+        )
+    if compiler.compiles and config.offload_attention and config.attention_offload_scope == "kernel":
+        raise UnsupportedModeError(
+            f"compile {compile}: attention offload around the kernel does not run compiled (its hooks would sit "
+            "inside the compiled attention); mode.attention_offload_scope=module offloads the whole attention"
         )
     try:
         plans = plan_lists({path: len(blocks) for path, blocks in block_lists.items()}, config)

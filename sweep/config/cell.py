@@ -87,6 +87,14 @@ class Cell:
     # what an FFN-only backend recomputes (ckptlib.config.FFN_SCOPES); a mode that does not say takes
     # the family's wiring (`wired_ffn_scope`), so a docs -ffn column means what SimpleTuner ran
     ffn_scope: str = setting("modules", config="mode.ffn_scope", label="FFN scope {}", group="checkpoint", since=6)
+    # what attention offload wraps (ckptlib.config.ATTENTION_OFFLOAD_SCOPES), resolved like ffn_scope
+    attention_offload_scope: str = setting(
+        "module",
+        config="mode.attention_offload_scope",
+        label="attention offload around the {}",
+        group="checkpoint",
+        since=6,
+    )
     quantization: str = setting("none", config="quantization.name", column=True)
     training: str = setting("lora", config="training", label="{}", column=True)
     lora_rank: int = setting(16, config="lora_rank", label="LoRA rank {}", group="run")
@@ -144,6 +152,7 @@ class Cell:
             offload_attention=self.offload_attention,
             offload_attention_in_regions=self.offload_attention_in_regions,
             ffn_scope=self.ffn_scope,
+            attention_offload_scope=self.attention_offload_scope,
             pin_memory_max_buckets=self.pin_memory_max_buckets,
             offload_stash_depth=self.offload_stash_depth,
             offload_prefetch=self.offload_prefetch,
@@ -206,7 +215,8 @@ def _wired(values: dict[str, Any]) -> CheckpointConfig | None:
     """A cell's mode as SimpleTuner's model of its family wires it (ckptlib.modes.WIRINGS; a model of
     one's own: the defaults); None for an invalid mode, recorded as such whatever it wires."""
     try:
-        config = CheckpointConfig(values["backend"], interval=values.get("interval"))
+        offload = bool(values.get("offload_attention"))
+        config = CheckpointConfig(values["backend"], interval=values.get("interval"), offload_attention=offload)
     except ValueError:
         return None
     return as_wired(config, WIRINGS.get(values.get("family"), Wiring()))
@@ -224,8 +234,18 @@ def wired_ffn_scope(values: dict[str, Any]) -> str:
     return default("ffn_scope") if config is None else config.ffn_scope
 
 
+def wired_attention_offload_scope(values: dict[str, Any]) -> str:
+    """What a cell's attention offload wraps when its mode does not say."""
+    config = _wired(values)
+    return default("attention_offload_scope") if config is None else config.attention_offload_scope
+
+
 # Fields a typed config may leave None, resolved from the cell's other values.
-RESOLVED = {"regions": wired_regions, "ffn_scope": wired_ffn_scope}
+RESOLVED = {
+    "regions": wired_regions,
+    "ffn_scope": wired_ffn_scope,
+    "attention_offload_scope": wired_attention_offload_scope,
+}
 
 
 def _offloads(values: dict[str, Any], preset: CheckpointConfig | None) -> bool:
@@ -249,6 +269,7 @@ def differing(values: dict[str, Any], mode: str) -> list[str]:
     expected = preset and {s: getattr(preset, s) for s in LABELS["checkpoint"]}
     if expected and values.get("backend") is not None:
         wired = {**values, "interval": preset.interval, "backend": preset.backend}
+        wired["offload_attention"] = preset.offload_attention
         expected.update({name: resolve(wired) for name, resolve in RESOLVED.items()})
     named = [
         s

@@ -51,6 +51,8 @@ class ModeConfig:
     # what an FFN-only backend recomputes: modules | side; None: as SimpleTuner wires the family (the
     # docs' -ffn columns), its feed-forward modules for a builder of one's own
     ffn_scope: Optional[str] = None
+    # what attention offload wraps: module | kernel; None: as SimpleTuner wires the family
+    attention_offload_scope: Optional[str] = None
 
 
 @dataclass
@@ -214,8 +216,8 @@ def unknown_word(override: str, value: str, words: list[str]) -> str | None:
 
 
 def mode_config(name: str, config: CheckpointConfig) -> ModeConfig:
-    """A mode preset; what its interval groups and its FFN scope are left to the family
-    (ModeConfig.regions, ModeConfig.ffn_scope)."""
+    """A mode preset; what its interval groups, its FFN scope and its attention offload's scope are
+    left to the family (the fields cell.RESOLVED resolves)."""
     named = (f.name for f in fields(ModeConfig) if f.name not in ("name", *RESOLVED))
     return ModeConfig(name=name, **{field: getattr(config, field) for field in named})
 

@@ -103,6 +103,7 @@ def schedule_key(config: CheckpointConfig) -> tuple:
         config.offload_attention_in_regions,
         regions,
         config.ffn_scope if config.ffn_only else "modules",
+        config.attention_offload_scope if config.offload_attention else "module",
     )
 
 
@@ -467,8 +468,8 @@ def run_override(config: CheckpointConfig) -> str:
     if config.blocks is not None and config.checkpoints:
         blocks = config.blocks if isinstance(config.blocks, int) else "[" + ",".join(map(str, config.blocks)) + "]"
         words.append(f"mode.blocks={blocks}")
-    if config.offload_attention:
-        words.append("mode.offload_attention=true")
+    if config.offload_attention:  # its scope said, not left to the family's wiring (Cell.attention_offload_scope)
+        words.append(f"mode.offload_attention=true mode.attention_offload_scope={config.attention_offload_scope}")
     return " ".join(words)
 
 

@@ -27,6 +27,9 @@ MODES = {
     "torch-ffn-side": CheckpointConfig("torch-ffn", ffn_scope="side"),
     "unsloth-ffn-side": CheckpointConfig("unsloth-ffn", ffn_scope="side", min_offload_bytes=0),
     "activation-offload": CheckpointConfig("none", offload_attention=True, min_offload_bytes=0),
+    "activation-offload-kernel": CheckpointConfig(
+        "none", offload_attention=True, attention_offload_scope="kernel", min_offload_bytes=0
+    ),
     "activation-offload-in-regions": CheckpointConfig(
         "torch", offload_attention=True, offload_attention_in_regions=True, min_offload_bytes=0
     ),

@@ -80,6 +80,7 @@ def test_every_recorded_cell_key_is_what_its_config_gives_today():
         "regions",
         "offload_attention_in_regions",
         "ffn_scope",
+        "attention_offload_scope",
     }
 
 
@@ -124,6 +125,13 @@ def test_a_docs_ffn_column_recomputes_what_simpletuner_recomputes_for_the_family
     assert Cell(**before).key == modules.key
     assert flux.checkpoint_config().ffn_scope == "side"
     assert "FFN scope" not in flux.describe() and "(FFN scope modules)" in modules.describe()
+    # SimpleTuner's Kandinsky 5 offloads the attention kernel's saved tensors alone
+    kandinsky = composed("family=kandinsky5", "preset=tiny", "mode=activation-offload")
+    assert (
+        kandinsky.attention_offload_scope,
+        composed("family=flux1", "mode=activation-offload").attention_offload_scope,
+    ) == ("kernel", "module")
+    assert composed("family=kandinsky5", "preset=tiny", "mode=layer").attention_offload_scope == "module"
 
 
 def test_a_progress_line_tells_cells_apart_by_every_setting_that_differs():

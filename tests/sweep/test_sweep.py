@@ -211,7 +211,8 @@ def test_a_killed_sweep_leaves_no_cell_running(tmp_path):
             ["+mode.intervall=3"],
             [
                 "+mode.intervall: not a mode setting; a mode has name, backend, interval, stride, regions, blocks, "
-                "offload_attention, offload_attention_in_regions, ffn_scope"
+                "offload_attention, offload_attention_in_regions, ffn_scope, "
+                "attention_offload_scope"
             ],
         ),
         # every problem the validator finds is listed at once

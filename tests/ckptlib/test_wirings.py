@@ -1,5 +1,6 @@
-"""The FFN-only backends recompute what SimpleTuner's copy of each family's blocks recomputes
-(ckptlib/families/ffn_sides.py, NOTE [ A side mirrors two sources ])."""
+"""The docs' modes do for each family what SimpleTuner's copy of its blocks does (ckptlib.modes.WIRINGS):
+the FFN-only backends recompute its feed-forward side (ckptlib/families/ffn_sides.py, NOTE [ A side
+mirrors two sources ]), attention offload wraps what its hooks wrap."""
 
 import pytest
 import torch
@@ -119,3 +120,29 @@ def test_an_interval_under_flux_ffn_picks_every_interval_th_blocks_side_as_simpl
         assert [plan.split("regions ")[1].split(";")[0] for plan in plans] == lists, (name, plans)
         work.step()
         assert handle.report.ffn_regions_run == sum(len(p.checkpointed_blocks) for p in handle.plans.values()) > 0
+
+
+def sdpa_saved_tensors() -> int:
+    """Tensors one scaled-dot-product attention call saves for backward on this host."""
+    packed = []
+    q, k, v = (torch.randn(1, 2, 8, 4, requires_grad=True) for _ in range(3))
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    return len(packed)
+
+
+def test_kandinsky_offloads_only_the_attention_kernels_saved_tensors_as_simpletuner_does():
+    """kandinsky5_video/transformer_kandinsky5.py puts its offload hooks around dispatch_attention_fn
+    in the attention processor: the kernel's saved tensors move, the projections' (their LoRA
+    dropout masks among them) stay where checkpointing leaves them."""
+    assert FAMILIES["kandinsky5"].wiring.attention_offload_scope == "kernel"
+    assert as_wired(MODES["activation-offload"], FAMILIES["kandinsky5"].wiring).attention_offload_scope == "kernel"
+    offloaded = {}
+    for scope in ("module", "kernel"):
+        work = build("kandinsky5", "tiny")
+        config = CheckpointConfig("none", offload_attention=True, attention_offload_scope=scope, min_offload_bytes=0)
+        handle = ckptlib.apply(work.model, config, work.spec)
+        work.step()
+        offloaded[scope] = handle.report.offload["tensors_offloaded"]
+        calls = handle.report.attention_regions_offloaded
+    assert offloaded["kernel"] == calls * sdpa_saved_tensors() < offloaded["module"], offloaded
