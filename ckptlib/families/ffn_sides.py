@@ -22,6 +22,15 @@ def _clip_fp16(hidden_states: torch.Tensor) -> torch.Tensor:
     return hidden_states.clip(-65504, 65504) if hidden_states.dtype == torch.float16 else hidden_states
 
 
+def _attention_kwargs(image_rotary_emb, joint_attention_kwargs, attention_mask=None) -> dict:
+    """The attention call's keywords as Flux's and Chroma's blocks pass them (Chroma's token mask
+    expanded to a pairwise one)."""
+    kwargs = {"image_rotary_emb": image_rotary_emb, **(joint_attention_kwargs or {})}
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask[:, None, None, :] * attention_mask[:, None, :, None]
+    return kwargs
+
+
 # Flux and Chroma double-stream blocks: norm2, modulation, MLP, gate and residual of both streams.
 def _double_stream_side(block, hidden, encoder_hidden, shift, scale, gate, c_shift, c_scale, c_gate, ip_attn=None):
     norm_hidden = block.norm2(hidden) * (1 + scale[:, None]) + shift[:, None]
@@ -49,7 +58,7 @@ def _double_stream(block, run_side, hidden, encoder_hidden, temb, context_temb, 
 def _flux_double(
     block, run_side, hidden_states, encoder_hidden_states, temb, image_rotary_emb=None, joint_attention_kwargs=None
 ):
-    kwargs = {"image_rotary_emb": image_rotary_emb, **(joint_attention_kwargs or {})}
+    kwargs = _attention_kwargs(image_rotary_emb, joint_attention_kwargs)
     return _double_stream(block, run_side, hidden_states, encoder_hidden_states, temb, temb, kwargs)
 
 
@@ -63,9 +72,7 @@ def _chroma_double(
     attention_mask=None,
     joint_attention_kwargs=None,
 ):
-    kwargs = {"image_rotary_emb": image_rotary_emb, **(joint_attention_kwargs or {})}
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask[:, None, None, :] * attention_mask[:, None, :, None]
+    kwargs = _attention_kwargs(image_rotary_emb, joint_attention_kwargs, attention_mask)
     return _double_stream(block, run_side, hidden_states, encoder_hidden_states, temb[:, :6], temb[:, 6:], kwargs)
 
 
@@ -88,7 +95,7 @@ def _flux_single(
 ):
     text_tokens = encoder_hidden_states.shape[1]
     joint = torch.cat([encoder_hidden_states, hidden_states], dim=1)
-    kwargs = {"image_rotary_emb": image_rotary_emb, **(joint_attention_kwargs or {})}
+    kwargs = _attention_kwargs(image_rotary_emb, joint_attention_kwargs)
     joint = _single_stream(block, run_side, joint, temb, kwargs)
     return joint[:, :text_tokens], joint[:, text_tokens:]
 
@@ -96,9 +103,7 @@ def _flux_single(
 def _chroma_single(
     block, run_side, hidden_states, temb, image_rotary_emb=None, attention_mask=None, joint_attention_kwargs=None
 ):
-    kwargs = {"image_rotary_emb": image_rotary_emb, **(joint_attention_kwargs or {})}
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask[:, None, None, :] * attention_mask[:, None, :, None]
+    kwargs = _attention_kwargs(image_rotary_emb, joint_attention_kwargs, attention_mask)
     return _single_stream(block, run_side, hidden_states, temb, kwargs)
 
 

@@ -9,6 +9,7 @@ declarations; the typed config's defaults are tested against them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -69,7 +70,7 @@ class Cell:
     interval: int | None = setting(None, config="mode.interval", label="interval {}", group="checkpoint", column=True)
     stride: int | None = setting(None, config="mode.stride", label="stride {}", group="checkpoint", column=True)
     # what the interval groups (ckptlib.config.REGIONS); a mode that does not say takes the family's
-    # wiring (`wired_regions`), so a docs column means what SimpleTuner ran
+    # wiring (`RESOLVED`), so a docs column means what SimpleTuner ran
     regions: str = setting("segments", config="mode.regions", label="interval as {}", group="checkpoint", since=6)
     # which blocks the schedule may checkpoint (CheckpointConfig)
     blocks: int | tuple[int, ...] | None = setting(None, config="mode.blocks", label="{}", group="checkpoint", since=3)
@@ -85,7 +86,7 @@ class Cell:
         since=6,
     )
     # what an FFN-only backend recomputes (ckptlib.config.FFN_SCOPES); a mode that does not say takes
-    # the family's wiring (`wired_ffn_scope`), so a docs -ffn column means what SimpleTuner ran
+    # the family's wiring (`RESOLVED`), so a docs -ffn column means what SimpleTuner ran
     ffn_scope: str = setting("modules", config="mode.ffn_scope", label="FFN scope {}", group="checkpoint", since=6)
     # what attention offload wraps (ckptlib.config.ATTENTION_OFFLOAD_SCOPES), resolved like ffn_scope
     attention_offload_scope: str = setting(
@@ -222,30 +223,15 @@ def _wired(values: dict[str, Any]) -> CheckpointConfig | None:
     return as_wired(config, WIRINGS.get(values.get("family"), Wiring()))
 
 
-def wired_regions(values: dict[str, Any]) -> str:
-    """What a cell's interval groups when its mode does not say."""
+def _wired_value(name: str, values: dict[str, Any]) -> Any:
+    """A cell's field `name` when its mode does not say: as the family's wiring sets it."""
     config = _wired(values)
-    return default("regions") if config is None else config.regions
+    return default(name) if config is None else getattr(config, name)
 
 
-def wired_ffn_scope(values: dict[str, Any]) -> str:
-    """What a cell's FFN-only backend recomputes when its mode does not say."""
-    config = _wired(values)
-    return default("ffn_scope") if config is None else config.ffn_scope
-
-
-def wired_attention_offload_scope(values: dict[str, Any]) -> str:
-    """What a cell's attention offload wraps when its mode does not say."""
-    config = _wired(values)
-    return default("attention_offload_scope") if config is None else config.attention_offload_scope
-
-
-# Fields a typed config may leave None, resolved from the cell's other values.
-RESOLVED = {
-    "regions": wired_regions,
-    "ffn_scope": wired_ffn_scope,
-    "attention_offload_scope": wired_attention_offload_scope,
-}
+# Fields a typed config may leave None, resolved from the cell's other values: what an interval groups,
+# what an FFN-only backend recomputes, what attention offload wraps.
+RESOLVED = {name: functools.partial(_wired_value, name) for name in ("regions", "ffn_scope", "attention_offload_scope")}
 
 
 def _offloads(values: dict[str, Any], preset: CheckpointConfig | None) -> bool:

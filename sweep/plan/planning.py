@@ -294,11 +294,10 @@ def _calibrated(engine: Engine, request: Request, plan: ScheduleSearch, assumed:
 def docs_schedules(request: Request) -> dict[str, CheckpointConfig]:
     """The docs' modes as SimpleTuner wires them for the request's family (its interval grouping and
     FFN scope; a model of one's own takes them as they are), as a cell of that mode records them."""
-    from ckptlib.families import all_families
-    from ckptlib.modes import MODES, Wiring, as_wired
+    from ckptlib.modes import MODES, WIRINGS, Wiring, as_wired
 
-    family = all_families().get(request.family) if request.builder == builtin_builder(request.family) else None
-    wiring = family.wiring if family is not None else Wiring()
+    builtin = request.builder == builtin_builder(request.family)
+    wiring = WIRINGS.get(request.family, Wiring()) if builtin else Wiring()
     return {name: as_wired(config, wiring) for name, config in MODES.items()}
 
 
