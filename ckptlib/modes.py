@@ -66,6 +66,7 @@ class Wiring:
 # Family name -> its wiring where it differs from the defaults, each read in SimpleTuner's
 # simpletuner/helpers/models/<file> (bghira/SimpleTuner bc8e6ab77). Torch-free, so that a verb that
 # reads recorded cells resolves what their modes meant without building a family.
+OWN_WIRING = Wiring()  # a model of one's own, and a family SimpleTuner wires as this project does
 PER_BLOCK = Wiring(interval_regions="blocks")
 WIRINGS: dict[str, Wiring] = {
     "ace-step": PER_BLOCK,  # ace_step/transformer.py: should_checkpoint_block

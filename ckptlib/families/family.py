@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..modes import WIRINGS, Wiring
+from ..modes import OWN_WIRING, WIRINGS, Wiring
 from ..spec import BlockSpec, CallConvention, FeedForwardSide, UnsupportedModeError
 from .geometry import FamilyShape, Latents, constructor_config
 from .materialize import build_on_meta
@@ -68,7 +68,7 @@ class Family:
     @property
     def wiring(self) -> Wiring:
         """What the docs' modes mean for this family (ckptlib.modes.WIRINGS, as_wired)."""
-        return WIRINGS.get(self.name, Wiring())
+        return WIRINGS.get(self.name, OWN_WIRING)
 
     def spec(self, model: nn.Module) -> BlockSpec:
         lists = self.block_lists(model) if callable(self.block_lists) else self.block_lists

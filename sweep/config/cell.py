@@ -16,7 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ckptlib.config import DEFAULT_OFFLOAD_STASH_DEPTH, DEFAULT_PIN_MEMORY_MAX_BUCKETS, CheckpointConfig
-from ckptlib.modes import MODES, WIRINGS, Wiring, as_wired
+from ckptlib.modes import MODES, OWN_WIRING, WIRINGS, as_wired
 from ckptlib.plan import describe_blocks
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def _wired(values: dict[str, Any]) -> CheckpointConfig | None:
         config = CheckpointConfig(values["backend"], interval=values.get("interval"), offload_attention=offload)
     except ValueError:
         return None
-    return as_wired(config, WIRINGS.get(values.get("family"), Wiring()))
+    return as_wired(config, WIRINGS.get(values.get("family"), OWN_WIRING))
 
 
 def _wired_value(name: str, values: dict[str, Any]) -> Any:

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 
 from ckptlib import CheckpointConfig
 from ckptlib.extrapolate import Estimate, ShallowPredictor
+from ckptlib.modes import OWN_WIRING, Wiring
 from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.quantize import QUANTIZATIONS
@@ -294,11 +295,19 @@ def _calibrated(engine: Engine, request: Request, plan: ScheduleSearch, assumed:
 def docs_schedules(request: Request) -> dict[str, CheckpointConfig]:
     """The docs' modes as SimpleTuner wires them for the request's family (its interval grouping and
     FFN scope; a model of one's own takes them as they are), as a cell of that mode records them."""
-    from ckptlib.modes import MODES, WIRINGS, Wiring, as_wired
+    from ckptlib.modes import MODES, as_wired
+
+    wiring = family_wiring(request)
+    return {name: as_wired(config, wiring) for name, config in MODES.items()}
+
+
+def family_wiring(request: Request) -> Wiring:
+    """How SimpleTuner wires the request's family (ckptlib.modes.WIRINGS); a model of one's own, or
+    a built-in family's name on another builder, takes the defaults."""
+    from ckptlib.modes import WIRINGS
 
     builtin = request.builder == builtin_builder(request.family)
-    wiring = WIRINGS.get(request.family, Wiring()) if builtin else Wiring()
-    return {name: as_wired(config, wiring) for name, config in MODES.items()}
+    return WIRINGS.get(request.family, OWN_WIRING) if builtin else OWN_WIRING
 
 
 def recorded_schedule(config: dict) -> CheckpointConfig:
@@ -344,18 +353,19 @@ def describe_outcome(
         f"  predicted peak {request.budget.against(peak)} (a full prediction; the planner's estimate was "
         f"{format_bytes(recommended.peak_bytes)})",
         f"  predicted {recommended.seconds:.3f} s/step, {overhead:+.1%} over no checkpointing",
-        "  SimpleTuner: " + simpletuner(recommended.config, request.quantization),
+        "  SimpleTuner: " + simpletuner(recommended.config, request.quantization, family_wiring(request)),
         "  measure it: " + run_command(request, recommended.config),
         "  ckptlib: " + ckptlib_line(recommended.config),
     ]
-    if simpletuner_gaps(recommended.config):
+    if simpletuner_gaps(recommended.config, family_wiring(request)):
         lines += _expressible_in_simpletuner(request, plan)
     return lines
 
 
 def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch) -> list[str]:
     """For a schedule SimpleTuner cannot express (simpletuner_gaps), the fastest fitting one it can."""
-    whole = [c for c in plan.fitting(request.budget_bytes) if not simpletuner_gaps(c.config)]
+    wiring = family_wiring(request)
+    whole = [c for c in plan.fitting(request.budget_bytes) if not simpletuner_gaps(c.config, wiring)]
     if not whole:
         return [
             "  SimpleTuner can express no fitting schedule: every one that fits checkpoints only some blocks "
@@ -365,7 +375,7 @@ def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch) -> list[
     return [
         f"fastest schedule SimpleTuner can express: {describe(best.config)}, predicted "
         f"{format_bytes(best.peak_bytes)} and {best.seconds:.3f} s/step (the planner's estimate)",
-        "  SimpleTuner: " + simpletuner(best.config, request.quantization),
+        "  SimpleTuner: " + simpletuner(best.config, request.quantization, wiring),
         "  measure it: " + run_command(request, best.config),
     ]
 
@@ -401,13 +411,24 @@ def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | N
     return lines
 
 
-def simpletuner_gaps(config: CheckpointConfig) -> list[str]:
-    """What of `config` SimpleTuner's keys cannot say: a cut of the blocks, and attention offload
-    outside recomputed blocks only (its `gradient_checkpointing_offload_attention` offloads inside
-    them too, which holds more: NOTE [ Attention offload inside a region ] in ckptlib/wiring.py)."""
+def simpletuner_gaps(config: CheckpointConfig, wiring: Wiring = OWN_WIRING) -> list[str]:
+    """What of `config` SimpleTuner's keys cannot say for a family wired as `wiring`: a cut of the
+    blocks, an interval that groups blocks otherwise than the family's `gradient_checkpointing_interval`
+    does, and attention offload outside recomputed blocks only (its
+    `gradient_checkpointing_offload_attention` offloads inside them too, which holds more: NOTE [
+    Attention offload inside a region ] in ckptlib/wiring.py)."""
     gaps = []
     if config.checkpoints and config.blocks is not None:
         gaps.append(f"checkpointing the {_blocks(config)} only: it checkpoints every block")
+    if not _interval_expressible(config, wiring):
+        interval = config.interval
+        gaps.append(
+            f"segments of {interval} blocks: in this family its gradient_checkpointing_interval checkpoints one "
+            f"block in {interval}, alone"
+            if config.regions == "segments"
+            else f"one block in {interval}, alone: in this family its gradient_checkpointing_interval checkpoints "
+            f"segments of {interval} blocks"
+        )
     if config.offload_attention and config.checkpoints and not config.offload_attention_in_regions:
         gaps.append(
             "attention offload outside recomputed blocks only: its gradient_checkpointing_offload_attention "
@@ -416,9 +437,17 @@ def simpletuner_gaps(config: CheckpointConfig) -> list[str]:
     return gaps
 
 
-def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
-    """The schedule, and the base precision it was planned with, as SimpleTuner's config keys; what
-    SimpleTuner has no key for is said so, and left out of the keys."""
+def _interval_expressible(config: CheckpointConfig, wiring: Wiring) -> bool:
+    """Whether SimpleTuner's interval means `config`'s grouping in the family (ckptlib.modes.Wiring)."""
+    if not config.checkpoints or (config.interval or 1) <= 1:
+        return True
+    return config.regions == (wiring.ffn_interval_regions if config.ffn_only else wiring.interval_regions)
+
+
+def simpletuner(config: CheckpointConfig, quantization: str = "none", wiring: Wiring = OWN_WIRING) -> str:
+    """The schedule, and the base precision it was planned with, as SimpleTuner's config keys for a
+    family wired as `wiring`; what SimpleTuner has no key for is said so, and left out of the keys
+    (an interval it would read otherwise: it then checkpoints every block)."""
     base = (
         dict(QUANTIZATIONS[quantization].simpletuner)
         if quantization != "none"
@@ -427,15 +456,15 @@ def simpletuner(config: CheckpointConfig, quantization: str = "none") -> str:
     keys = {**base, "gradient_checkpointing": config.checkpoints}
     if config.checkpoints:
         keys["gradient_checkpointing_backend"] = config.backend
-        if (config.interval or 1) > 1:
+        if (config.interval or 1) > 1 and _interval_expressible(config, wiring):
             keys["gradient_checkpointing_interval"] = config.interval
-        if config.stride:
-            keys["gradient_checkpointing_segment_stride"] = config.stride
+            if config.stride:
+                keys["gradient_checkpointing_segment_stride"] = config.stride
     if config.offload_attention and (config.offload_attention_in_regions or not config.checkpoints):
         keys["gradient_checkpointing_offload_attention"] = True
     import json
 
-    gaps = simpletuner_gaps(config)
+    gaps = simpletuner_gaps(config, wiring)
     return json.dumps(keys) + (f" (SimpleTuner has no key for {'; nor for '.join(gaps)})" if gaps else "")
 
 

@@ -25,6 +25,10 @@ SCHEDULE_COUNTERS = (
     "attention_offload_skipped",
 )
 FIRST_BLOCKS = CheckpointConfig("unsloth", blocks=3)  # the non-uniform form: only the first k blocks
+# One worker compiles them all, one after another: the kernels Inductor generated and built for one
+# case are found in its cache by the next (its default FX graph cache), where three workers would
+# each build the same ones at once (191 s of worker time in the suite, 85 s in one).
+pytestmark = pytest.mark.xdist_group("inductor")
 
 
 @pytest.fixture(autouse=True)

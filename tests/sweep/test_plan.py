@@ -13,9 +13,11 @@ import ckptlib
 from ckptlib import CheckpointConfig
 from ckptlib.planner import describe
 from ckptlib.units import GIB, MIB
+from sweep.config.structured import builtin_builder
 from sweep.plan.planning import (
     Request,
     ckptlib_line,
+    family_wiring,
     make_plan,
     run_command,
     run_override,
@@ -102,6 +104,58 @@ def test_the_schedule_is_written_as_simpletuner_keys_an_override_and_a_ckptlib_l
 def test_the_simpletuner_block_names_the_base_precision_the_plan_assumed(quantization, keys):
     written = json.loads(simpletuner(CheckpointConfig("torch"), quantization))
     assert keys.items() <= written.items() and written["gradient_checkpointing"] is True
+
+
+@pytest.mark.parametrize(
+    "family, config, interval_keyed",
+    [
+        ("synthetic", CheckpointConfig("torch", interval=2, stride=4), True),
+        ("synthetic", CheckpointConfig("torch", interval=2, regions="blocks"), False),
+        # Chroma checkpoints one block in `interval`, alone (should_checkpoint_block)
+        ("chroma", CheckpointConfig("torch", interval=2, stride=4), False),
+        ("chroma", CheckpointConfig("torch", interval=2, regions="blocks"), True),
+        # Flux.1 groups whole blocks into segments, and checkpoints one FFN side in `interval`
+        ("flux1", CheckpointConfig("torch", interval=2), True),
+        ("flux1", CheckpointConfig("torch-ffn", interval=2, regions="blocks", ffn_scope="side"), True),
+        ("flux1", CheckpointConfig("torch-ffn", interval=2, ffn_scope="side"), False),
+    ],
+)
+def test_an_interval_is_written_only_where_simpletuner_groups_blocks_the_same_way(family, config, interval_keyed):
+    """SimpleTuner's gradient_checkpointing_interval means segments in some families and one block in
+    N in others (ckptlib.modes.WIRINGS): pasted where it means the other, it would train another
+    schedule. Left out, SimpleTuner checkpoints every block, and the line says why."""
+    request = Request(family, builtin_builder(family), "tiny", MIB, "1 MiB")
+    wiring = family_wiring(request)
+    written = simpletuner(config, wiring=wiring)
+    keys = json.loads(written.split(" (")[0])
+    assert ("gradient_checkpointing_interval" in keys) == interval_keyed, written
+    assert keys.get("gradient_checkpointing_segment_stride") == (config.stride if interval_keyed else None)
+    assert ("in this family its gradient_checkpointing_interval" in written) != interval_keyed, written
+    assert keys["gradient_checkpointing"] and keys["gradient_checkpointing_backend"] == config.backend
+
+
+def test_where_simpletuners_interval_means_one_block_in_n_the_planners_segments_are_not_offered_as_it():
+    """Chroma: the planner's interval 2 groups two blocks into one segment, which SimpleTuner's
+    Chroma cannot: the fastest fitting schedule it can is offered instead."""
+    from ckptlib.extrapolate import Estimate
+    from ckptlib.planner import Candidate, ScheduleSearch
+    from sweep.plan.planning import assumed_throughput, describe_outcome
+
+    def candidate(config, peak_mib, seconds):
+        return Candidate(config, Estimate({"step": peak_mib * MIB}, 1, 0, 0), seconds, interpolated=False)
+
+    segments, every_block = CheckpointConfig("torch", interval=2), CheckpointConfig("unsloth")
+    plan = ScheduleSearch(
+        [candidate(CheckpointConfig("none"), 30, 1.0), candidate(segments, 20, 1.1), candidate(every_block, 15, 1.3)],
+        baseline=None,
+    )
+    planned = Request("chroma", builtin_builder("chroma"), "tiny", 24 * MIB, "24 MiB")
+    lines = describe_outcome(planned, plan, assumed_throughput("cuda", "pcie5"), plan.candidates[1], None)
+    recommended = next(line for line in lines if line.startswith("  SimpleTuner: "))
+    keys = json.loads(recommended.removeprefix("  SimpleTuner: ").split(" (")[0])
+    assert "gradient_checkpointing_interval" not in keys and "no key for segments of 2 blocks" in recommended
+    at = lines.index(next(line for line in lines if line.startswith("fastest schedule SimpleTuner can express")))
+    assert f"{describe(every_block)}, predicted 15.00 MiB and 1.300 s/step" in lines[at]
 
 
 def test_a_cut_simpletuner_cannot_express_comes_with_the_fastest_schedule_it_can():
