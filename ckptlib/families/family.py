@@ -114,8 +114,10 @@ class Family:
             return None
         return self.latents.tokens(constructor_config(self.model_class(), self.config(preset)), shape)
 
-    def build_meta(self, preset: str) -> nn.Module:
+    def build_meta(self, preset: str, buffers_on_meta: bool = False) -> nn.Module:
+        """The preset's model with meta parameters (materialize gives them a device); its buffers
+        real, or meta too (`buffers_on_meta`: a model that stays on meta)."""
         cls = self.model_class()
         if self.setup is not None:
             self.setup()
-        return build_on_meta(cls, self.config(preset))
+        return build_on_meta(cls, self.config(preset), buffers_on_meta)

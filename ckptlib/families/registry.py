@@ -84,7 +84,7 @@ def build(
     shape = resolve_shape(family, preset, **shape_overrides)
     dtype = dtype or default_dtype(device)
     device = torch.device(device)
-    model = materialize(entry.build_meta(preset), device, dtype, seed)
+    model = materialize(entry.build_meta(preset, buffers_on_meta=device.type == "meta"), device, dtype, seed)
     model = make_trainable(model, training, list(entry.lora_targets), lora_rank, quantization, lora_dropout, lokr)
     model.train()
     generator = seeded_generator(device, seed + 1)
