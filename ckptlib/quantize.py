@@ -46,9 +46,48 @@ def _torchao(config_name: str) -> Callable[[nn.Module], None]:
     def quantize(model: nn.Module) -> None:
         from torchao import quantization
 
-        quantization.quantize_(model, getattr(quantization, config_name)())
+        config = getattr(quantization, config_name)()
+        if all(p.is_meta for p in model.parameters()):
+            _quantize_meta_once_per_shape(model, config)
+        else:
+            quantization.quantize_(model, config)
 
     return quantize
+
+
+# NOTE [ A meta weight is quantized once per shape ]: on the meta device a quantized weight holds no
+# values, only the metadata TorchAO derives from the weight's shape and dtype (its int8 data and
+# scales, their shapes, dtypes and strides). So of the Linear layers TorchAO's quantize_ would
+# convert, one per (class, weight shape, dtype, bias) is quantized by quantize_ itself, and each other
+# gets a deep copy of that one's weight (its own storages: the predictor counts every weight's
+# bytes) and whatever else quantize_ set on the layer (its extra_repr). Flux.1 dev's 504 layers:
+# 2.8 s of meta kernels -> 0.1 s. A real (non-meta) model is quantized by quantize_ layer by layer.
+def _quantize_meta_once_per_shape(model: nn.Module, config) -> None:
+    import copy
+    import types
+
+    from torchao.quantization import quant_api
+
+    before = {}  # layer -> its attributes before quantize_
+    firsts: dict[tuple, nn.Module] = {}
+
+    def first_of_its_shape(module: nn.Module, fqn: str) -> bool:
+        if not quant_api._is_linear(module, fqn):
+            return False
+        key = (type(module), tuple(module.weight.shape), module.weight.dtype, module.bias is None)
+        before[module] = (key, set(module.__dict__))
+        return firsts.setdefault(key, module) is module
+
+    quant_api.quantize_(model, config, filter_fn=first_of_its_shape)
+    for module, (key, attributes) in before.items():
+        first = firsts[key]
+        if first is module:
+            continue
+        module.weight = copy.deepcopy(first.weight)
+        for name, value in first.__dict__.items():
+            if name not in attributes:  # what quantize_ added to the layer
+                bound = isinstance(value, types.MethodType) and value.__self__ is first
+                setattr(module, name, types.MethodType(value.__func__, module) if bound else value)
 
 
 def _sdnq(use_hadamard: bool) -> Callable[[nn.Module], None]:

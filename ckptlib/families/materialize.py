@@ -56,6 +56,8 @@ def materialize(model: nn.Module, device: str | torch.device, dtype: torch.dtype
         module_name, _, attr = name.rpartition(".")
         owner = model.get_submodule(module_name) if module_name else model
         owner._buffers[attr] = buffer.to(device)
+    if torch.device(device).type == "meta":  # nothing to fill
+        return model
     generator = seeded_generator(device, seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -82,3 +82,27 @@ def test_a_quantized_base_is_predicted_as_it_measures(name, mode):
     assert predicted.breakdown["parameters"] == measured.peak_by_category["parameters"]
     assert predicted.breakdown["parameters"] < 0.6 * unquantized.breakdown["parameters"]
     assert abs(predicted.peak_bytes / measured.peak_bytes - 1) <= 0.05, (predicted.peak_bytes, measured.peak_bytes)
+
+
+def test_a_meta_model_is_quantized_as_torchaos_quantize_would_layer_by_layer():
+    """NOTE [ A meta weight is quantized once per shape ]: each layer's weight is what quantize_ gives
+    it (type, the plain tensors inside it, the layer's repr), with storages of its own."""
+    from torchao import quantization
+
+    from ckptlib.families import get
+    from ckptlib.memory import plain_tensors, storage_id
+
+    def layout(model):
+        return {
+            name: (type(p), [(t.shape, t.dtype, t.stride()) for t in plain_tensors(p)], p.requires_grad)
+            for name, p in model.named_parameters()
+        }
+
+    direct, memo = (get("flux1").build_meta("tiny", buffers_on_meta=True).to(torch.bfloat16) for _ in range(2))
+    quantization.quantize_(direct, quantization.Int8WeightOnlyConfig())
+    QUANTIZATIONS["int8-torchao"].quantize(memo)
+    assert layout(memo) == layout(direct)
+    assert [repr(m) for m in memo.modules()] == [repr(m) for m in direct.modules()]
+    storages = [storage_id(t) for p in memo.parameters() for t in plain_tensors(p)]
+    assert len(set(storages)) == len(storages), "layers share a quantized weight's storage"
+    assert sum(isinstance(p, quantization.Int8Tensor) for p in memo.parameters()) > 4  # several of each shape
