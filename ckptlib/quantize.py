@@ -64,21 +64,23 @@ def _torchao(config_name: str) -> Callable[[nn.Module], None]:
 # 2.8 s of meta kernels -> 0.1 s. A real (non-meta) model is quantized by quantize_ layer by layer.
 def _quantize_meta_once_per_shape(model: nn.Module, config) -> None:
     import copy
+    import inspect
     import types
 
-    from torchao.quantization import quant_api
+    from torchao.quantization import quantize_
 
+    converts = inspect.signature(quantize_).parameters["filter_fn"].default  # which layers quantize_ takes
     before = {}  # layer -> its attributes before quantize_
     firsts: dict[tuple, nn.Module] = {}
 
     def first_of_its_shape(module: nn.Module, fqn: str) -> bool:
-        if not quant_api._is_linear(module, fqn):
+        if not converts(module, fqn):
             return False
         key = (type(module), tuple(module.weight.shape), module.weight.dtype, module.bias is None)
         before[module] = (key, set(module.__dict__))
         return firsts.setdefault(key, module) is module
 
-    quant_api.quantize_(model, config, filter_fn=first_of_its_shape)
+    quantize_(model, config, filter_fn=first_of_its_shape)
     for module, (key, attributes) in before.items():
         first = firsts[key]
         if first is module:

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from ckptlib import CheckpointConfig
 from ckptlib.extrapolate import Estimate, ShallowPredictor
-from ckptlib.modes import OWN_WIRING, Wiring
+from ckptlib.modes import MODES, OWN_WIRING, WIRINGS, Wiring, as_wired
 from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
 from ckptlib.quantize import NAMES as QUANTIZATION_NAMES
 from ckptlib.quantize import QUANTIZATIONS
@@ -295,8 +295,6 @@ def _calibrated(engine: Engine, request: Request, plan: ScheduleSearch, assumed:
 def docs_schedules(request: Request) -> dict[str, CheckpointConfig]:
     """The docs' modes as SimpleTuner wires them for the request's family (its interval grouping and
     FFN scope; a model of one's own takes them as they are), as a cell of that mode records them."""
-    from ckptlib.modes import MODES, as_wired
-
     wiring = family_wiring(request)
     return {name: as_wired(config, wiring) for name, config in MODES.items()}
 
@@ -304,8 +302,6 @@ def docs_schedules(request: Request) -> dict[str, CheckpointConfig]:
 def family_wiring(request: Request) -> Wiring:
     """How SimpleTuner wires the request's family (ckptlib.modes.WIRINGS); a model of one's own, or
     a built-in family's name on another builder, takes the defaults."""
-    from ckptlib.modes import WIRINGS
-
     builtin = request.builder == builtin_builder(request.family)
     return WIRINGS.get(request.family, OWN_WIRING) if builtin else OWN_WIRING
 
