@@ -33,15 +33,19 @@ BACKEND_PATTERNS = {
 }
 
 
-def patterns(ffn_scope: str = "modules") -> list[CheckpointConfig]:
+def patterns(ffn_scope: str = "modules", interval_regions: str = "segments") -> list[CheckpointConfig]:
     """Every pattern the planner considers, no checkpointing first; the FFN-only backends recompute
-    `ffn_scope` (a spec with feed-forward sides: SimpleTuner's, what its `-ffn` keys run)."""
+    `ffn_scope` (a spec with feed-forward sides: SimpleTuner's, what its `-ffn` keys run). Where the
+    trainer's interval checkpoints one block in N alone (`interval_regions="blocks"`: ckptlib.modes
+    .Wiring), that pattern too, so that what its interval key trains is among the candidates."""
     found = [CheckpointConfig("none", offload_attention=a) for a in (False, True)]
     for backend, schedules in BACKEND_PATTERNS.items():
         for (interval, stride), attention in ((s, a) for s in schedules for a in (False, True)):
             interval = interval if interval > 1 else None  # the spelling users write for single blocks
             config = CheckpointConfig(backend, interval=interval, stride=stride, offload_attention=attention)
             found.append(replace(config, ffn_scope=ffn_scope) if config.ffn_only else config)
+            if interval_regions == "blocks" and interval and not stride and not config.ffn_only:
+                found.append(replace(config, regions="blocks"))
     return found
 
 
@@ -129,15 +133,16 @@ def plan_schedules(
     throughput: Throughput,
     workers: int = 1,
     progress: Callable[[str, int, int], None] | None = None,  # (pattern, patterns done, patterns in all)
+    interval_regions: str = "segments",  # what the trainer's interval groups (patterns)
 ) -> ScheduleSearch:
     """Every schedule of the space for `predictor`'s workload, estimated and timed; patterns are
     predicted by `workers` forked processes (each with its own cache)."""
     sizes = list(predictor.sizes.values())
     plan = ScheduleSearch([], None)
-    results = list(_anchors_of_every_pattern(predictor, workers, progress))
+    todo = patterns(predictor.ffn_scope, interval_regions)
+    results = list(_anchors_of_every_pattern(predictor, todo, workers, progress))
     done = {pattern: anchors for pattern, anchors, _ in results}
-    # in a fixed order, however the workers finished
-    found = {pattern: done[pattern] for pattern in patterns(predictor.ffn_scope)}
+    found = {pattern: done[pattern] for pattern in todo}  # in a fixed order, however the workers finished
     for pattern, anchors in found.items():
         if isinstance(anchors, str):
             plan.unsupported[describe(pattern)] = anchors
@@ -152,10 +157,10 @@ def plan_schedules(
     return plan
 
 
-def _anchors_of_every_pattern(predictor: ShallowPredictor, workers: int, progress):
+def _anchors_of_every_pattern(predictor: ShallowPredictor, todo: list[CheckpointConfig], workers: int, progress):
     """(pattern, its estimates or why it is unsupported, the shallow predictions it took), the
     costliest patterns handed out first, so that no worker is left with a long one at the end."""
-    todo = sorted(patterns(predictor.ffn_scope), key=_expected_cost, reverse=True)
+    todo = sorted(todo, key=_expected_cost, reverse=True)
     if workers <= 1:
         results = (_anchors(predictor, pattern) for pattern in todo)
     else:

@@ -142,7 +142,8 @@ def make_plan(request: Request, engine: Engine | None, progress=None) -> PlanRes
         if quantized is not None:  # its own plan tried the smaller resolutions
             return quantized
     throughput = assumed_throughput(request.device, request.link)
-    plan = plan_schedules(predictor, throughput, workers=request.workers, progress=progress)
+    interval_regions = family_wiring(request).interval_regions
+    plan = plan_schedules(predictor, throughput, request.workers, progress, interval_regions)
     if engine is not None:
         throughput = _calibrated(engine, request, plan, throughput)
         plan = plan.retimed(throughput)

@@ -15,7 +15,7 @@ import ckptlib
 from ckptlib import MODES, CheckpointConfig, synthetic
 from ckptlib.extrapolate import ShallowPredictor
 from ckptlib.families import build as build_family
-from ckptlib.planner import ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
+from ckptlib.planner import ScheduleSearch, Throughput, describe, fit_throughput, patterns, plan_schedules
 
 # the planner's own patterns (its attention offload is the project's: in plain blocks only)
 PATTERNS = ["none", "layer", "interval2", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
@@ -59,7 +59,7 @@ EXTRAPOLATED = [
         ("synthetic", "cuda", PATTERNS),
         *(
             ("flux1", "cuda", [mode])
-            for mode in ("layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload")
+            for mode in ("layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "interval2 per block")
         ),
         ("wan", "cpu", PATTERNS),
         ("synthetic int8-torchao", "cuda", PATTERNS),
@@ -74,7 +74,7 @@ def test_extrapolated_whole_list_schedules_equal_their_full_prediction(name, dev
     predictor = ShallowPredictor(BUILDS[name], device, training="lora")
     assert all(size > 8 for size in predictor.sizes.values()) or name.startswith("synthetic")
     for mode in patterns:
-        config = replace_min_offload(MODES[mode])
+        config = replace_min_offload(MODES.get(mode) or PER_BLOCK_INTERVAL)
         for lists in range(1, len(predictor.sizes) + 1):
             try:
                 estimate = predictor.layered(config, lists)
@@ -86,6 +86,10 @@ def test_extrapolated_whole_list_schedules_equal_their_full_prediction(name, dev
             assert math.isclose(estimate.peak_bytes, full.peak_bytes, rel_tol=0.02), (mode, lists)
             assert estimate.flops == full.flops, (mode, lists)
             assert estimate.copied_bytes == full.copied_bytes, (mode, lists)
+
+
+# SimpleTuner's interval in Chroma, HiDream, ...: one block in two, alone (a planner pattern there)
+PER_BLOCK_INTERVAL = CheckpointConfig("torch", interval=2, regions="blocks", offload_attention=True)
 
 
 def replace_min_offload(config: CheckpointConfig) -> CheckpointConfig:
@@ -286,3 +290,10 @@ def test_a_remainder_that_starts_a_region_stands_for_a_warm_period():
     full = predictor.full(config)
     assert math.isclose(estimate.peak_bytes, full.peak_bytes, rel_tol=0.02)
     assert estimate.flops == full.flops
+
+
+def test_where_the_trainers_interval_checkpoints_one_block_in_n_that_pattern_is_searched_too():
+    per_block = {c for c in patterns("modules", "blocks") if c.regions == "blocks"}
+    assert per_block == {CheckpointConfig("torch", interval=2, regions="blocks", offload_attention=a) for a in (0, 1)}
+    assert not any(c.regions == "blocks" for c in patterns("side"))
+    assert set(patterns("side")) < set(patterns("side", "blocks"))

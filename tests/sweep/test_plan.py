@@ -499,3 +499,13 @@ def test_the_console_scripts_plan_runs_its_exit_handlers_and_skips_the_teardown(
     assert "torn down" not in done.stderr
     assert not db.with_name("p.db-wal").exists()  # NOTE [ Engines close at exit ]: the file is whole
     assert query(db, "select provenance from runs") == [("planned",)]
+
+
+def test_a_family_whose_interval_is_one_block_in_n_is_planned_with_that_pattern_and_its_key():
+    """Chroma: SimpleTuner's interval 2 (one block in two, alone) is a candidate, written as the key."""
+    planned = Request("chroma", builtin_builder("chroma"), "tiny", 64 * MIB, "64 MiB", device="cpu", workers=1)
+    outcome = make_plan(planned, None)
+    per_block = [c for c in outcome.plan.candidates if c.config.regions == "blocks"]
+    assert per_block and all(c.config.backend == "torch" and c.config.interval == 2 for c in per_block)
+    whole = next(c for c in per_block if c.config.blocks is None)
+    assert json.loads(simpletuner(whole.config, wiring=family_wiring(planned)))["gradient_checkpointing_interval"] == 2
