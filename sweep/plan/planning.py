@@ -343,6 +343,7 @@ def describe_outcome(
                 f"--quantization int8-torchao (or {others})"
             )
         return lines
+    wiring = family_wiring(request)
     overhead = recommended.seconds / baseline.seconds - 1 if baseline and baseline.seconds else float("nan")
     peak = checked.peak_bytes if checked else recommended.peak_bytes
     lines += [
@@ -350,18 +351,17 @@ def describe_outcome(
         f"  predicted peak {request.budget.against(peak)} (a full prediction; the planner's estimate was "
         f"{format_bytes(recommended.peak_bytes)})",
         f"  predicted {recommended.seconds:.3f} s/step, {overhead:+.1%} over no checkpointing",
-        "  SimpleTuner: " + simpletuner(recommended.config, request.quantization, family_wiring(request)),
+        "  SimpleTuner: " + simpletuner(recommended.config, request.quantization, wiring),
         "  measure it: " + run_command(request, recommended.config),
         "  ckptlib: " + ckptlib_line(recommended.config),
     ]
-    if simpletuner_gaps(recommended.config, family_wiring(request)):
-        lines += _expressible_in_simpletuner(request, plan)
+    if simpletuner_gaps(recommended.config, wiring):
+        lines += _expressible_in_simpletuner(request, plan, wiring)
     return lines
 
 
-def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch) -> list[str]:
+def _expressible_in_simpletuner(request: Request, plan: ScheduleSearch, wiring: Wiring) -> list[str]:
     """For a schedule SimpleTuner cannot express (simpletuner_gaps), the fastest fitting one it can."""
-    wiring = family_wiring(request)
     whole = [c for c in plan.fitting(request.budget_bytes) if not simpletuner_gaps(c.config, wiring)]
     if not whole:
         return [
@@ -435,10 +435,9 @@ def simpletuner_gaps(config: CheckpointConfig, wiring: Wiring = OWN_WIRING) -> l
 
 
 def _interval_expressible(config: CheckpointConfig, wiring: Wiring) -> bool:
-    """Whether SimpleTuner's interval means `config`'s grouping in the family (ckptlib.modes.Wiring)."""
-    if not config.checkpoints or (config.interval or 1) <= 1:
-        return True
-    return config.regions == (wiring.ffn_interval_regions if config.ffn_only else wiring.interval_regions)
+    """Whether SimpleTuner's interval means `config`'s grouping in the family: wired as the family
+    wires an interval (ckptlib.modes.as_wired), the schedule groups its blocks as before."""
+    return as_wired(config, wiring).regions == config.regions
 
 
 def simpletuner(config: CheckpointConfig, quantization: str = "none", wiring: Wiring = OWN_WIRING) -> str:
