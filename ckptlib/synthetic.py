@@ -163,7 +163,9 @@ def build(
     x = torch.randn(
         shape.batch, shape.tokens, shape.width, device=device, dtype=dtype, requires_grad=training == "frozen"
     )
-    target = torch.randn_like(x, requires_grad=False)
+    # randn, not randn_like: the same draw, where randn_like on meta (every preflight and prediction)
+    # imports torch._dynamo, 1 s of a `ckpt-sweep run` process's start
+    target = torch.randn(x.shape, device=device, dtype=dtype)
     return Workload(
         model=model,
         spec=SPEC,

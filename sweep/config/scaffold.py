@@ -111,7 +111,7 @@ def build(preset: str = "small", training: str = "lora", device: str = "cpu", lo
     model.train()
     x = torch.randn(shape.batch, shape.tokens, shape.width, device=device, dtype=dtype,
                     requires_grad=training == "frozen")
-    target = torch.randn_like(x, requires_grad=False)
+    target = torch.randn(x.shape, device=device, dtype=dtype)  # randn_like on meta imports torch._dynamo: 1 s
     return Workload(model=model, spec=SPEC, args=(x,), target=target, optimizer=adamw_for(model),
                     grad_inputs=(x,) if training == "frozen" else ())
 '''

@@ -159,3 +159,13 @@ def test_a_check_and_everything_it_started_end_together(tmp_path, ends):
             break
         time.sleep(0.1)
     assert not alive(grandchild)
+
+
+def test_the_fake_host_fakes_cuda_when_torch_is_imported_and_leaves_other_processes_alone():
+    """A process on the fake host that never imports torch (multiprocessing's resource tracker, the
+    script's driver) is not made to import it; one that does sees the card from its first line on."""
+    probe = "import sys; print('torch' in sys.modules); import torch; print(torch.cuda.device_count())"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, **FAKE_CUDA}
+    )
+    assert done.stdout.split() == ["False", "1"], done.stdout + done.stderr[-2000:]

@@ -202,3 +202,20 @@ def test_checking_and_fingerprinting_your_model_import_no_peft():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+def test_checking_a_scaffolded_builder_before_the_sweep_stays_light(tmp_path):
+    """`ckpt-sweep run` builds your model on meta before any cell (sweep/config/builders.py): in its
+    own process that check imports neither torch's compiler nor peft (a second and more of every
+    run's start); the scaffold's random target is drawn with randn, which on meta imports neither."""
+    from sweep.config.scaffold import new_family
+
+    new_family("my_model", tmp_path)
+    check = (
+        "import sys; from sweep.config.builders import built_problems; import my_model; "
+        "print(built_problems(my_model.build, 'small', {}), 'torch._dynamo' in sys.modules, 'peft' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]", "False", "False"], done.stdout
