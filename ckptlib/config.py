@@ -49,8 +49,10 @@ REGIONS = ("segments", "blocks")
 FFN_SCOPES = ("modules", "side")
 # What attention offload's saved-tensor hooks wrap (SimpleTuner's copies differ per family): "module":
 # the declared attention submodules' whole forward (projections, norms, rotary, kernel); "kernel": only
-# the scaled-dot-product-attention calls inside them (Kandinsky 5: around dispatch_attention_fn).
-ATTENTION_OFFLOAD_SCOPES = ("module", "kernel")
+# the scaled-dot-product-attention calls inside them (Kandinsky 5: around dispatch_attention_fn);
+# "module-and-cross": as "module", the attentions between a block's streams too (BlockSpec.cross_attention:
+# LTX-2's audio-to-video and video-to-audio attentions).
+ATTENTION_OFFLOAD_SCOPES = ("module", "kernel", "module-and-cross")
 # The pool stops growing past this share of the host's available memory (torchtune warns at 60%).
 DEFAULT_HOST_MEMORY_SHARE = 0.6
 

@@ -54,7 +54,8 @@ class Wiring:
         checkpoints every N-th block's side.
     attention_offload_scope: what `gradient_checkpointing_offload_attention`'s hooks wrap
         (ckptlib.config.ATTENTION_OFFLOAD_SCOPES): "module" where its blocks put them around the
-        attention module's call, "kernel" where its attention processor puts them around the kernel.
+        attention module's call, "kernel" where its attention processor puts them around the kernel,
+        "module-and-cross" where its blocks put them around the attentions between streams too.
     """
 
     interval_regions: str = "segments"
@@ -84,6 +85,9 @@ WIRINGS: dict[str, Wiring] = {
     # kandinsky5_video/transformer_kandinsky5.py: should_checkpoint_block; the offload hooks around
     # dispatch_attention_fn in its attention processor
     "kandinsky5": Wiring("blocks", attention_offload_scope="kernel"),
+    # ltxvideo2/transformer.py: activation_offload_context around the audio-to-video and video-to-audio
+    # attentions too
+    "ltxvideo2": Wiring(attention_offload_scope="module-and-cross"),
     # flux/transformer.py: segments of whole blocks; a block's side where `index % interval == 0`
     "flux1": Wiring(ffn_scope="side", ffn_interval_regions="blocks"),
     "krea2": Wiring(ffn_scope="side"),  # krea2/transformer.py: Krea2TransformerBlock._ffn_forward

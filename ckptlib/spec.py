@@ -96,6 +96,9 @@ class BlockSpec:
     its elements a boolean index keeps (a mixture of experts' per-expert token mask under balanced
     routing: 1 / experts). None: the model indexes by no data-dependent mask.
     ffn_sides: block class name -> its FeedForwardSide, for CheckpointConfig.ffn_scope "side".
+    cross_attention: attention submodules between a block's streams (a video and audio model's
+        audio-to-video attention), which only attention_offload_scope "module-and-cross" offloads.
+        Left out of the repr, on which a builder's fingerprint rests (sweep/config/builders.py).
     """
 
     block_lists: Sequence[str]
@@ -106,6 +109,11 @@ class BlockSpec:
     reasons: Mapping[str, str] = field(default_factory=dict)  # capability -> why the model lacks it
     mask_share: float | None = None
     ffn_sides: Mapping[str, FeedForwardSide] = field(default_factory=dict)  # block class name -> its side
+    cross_attention: Sequence[str] = field(default=(), repr=False)
+
+    def offloaded_attention(self, scope: str) -> Sequence[str]:
+        """The attention submodules attention offload wraps under `scope` (ATTENTION_OFFLOAD_SCOPES)."""
+        return [*self.attention, *self.cross_attention] if scope == "module-and-cross" else self.attention
 
     def convention(self, block_list: str) -> CallConvention | None:
         return self.conventions.get(block_list, FIRST_ARG)

@@ -87,7 +87,7 @@ class Report:
 def _around(scope: str, hooks: Callable[[], contextlib.AbstractContextManager]) -> contextlib.AbstractContextManager:
     """`hooks` around an attention's call, or with scope "kernel" around each scaled-dot-product
     attention call inside it (diffusers' dispatch looks the function up at each call)."""
-    return hooks() if scope == "module" else _around_kernel(hooks)
+    return _around_kernel(hooks) if scope == "kernel" else hooks()
 
 
 @contextlib.contextmanager
@@ -406,7 +406,12 @@ def spec_problems(model: nn.Module, spec: BlockSpec) -> list[str]:
             block_lists[path] = _block_list(model, path, spec)
         except UnsupportedModeError as error:
             problems.append(str(error))
-    for kind, names in (("feed_forward", spec.feed_forward), ("attention", spec.attention)):
+    named = (
+        ("feed_forward", spec.feed_forward),
+        ("attention", spec.attention),
+        ("cross_attention", spec.cross_attention),
+    )
+    for kind, names in named:
         if block_lists and names and not any(find_submodules(b, names) for bs in block_lists.values() for b in bs):
             problems.append(f"{spec.name}: {unmatched(kind, names, block_lists)}")
     return problems
@@ -465,7 +470,7 @@ def _apply_plan(
     if config.offload_attention:
         recomputed = set(block_plan.checkpointed_blocks) if whole_block else set()
         for i, block in enumerate(blocks):
-            attention = find_submodules(block, spec.attention)
+            attention = find_submodules(block, spec.offloaded_attention(config.attention_offload_scope))
             if i in recomputed and not config.offload_attention_in_regions:
                 handle.attention_offload_skipped += len(attention)
                 continue

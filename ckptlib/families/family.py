@@ -64,6 +64,9 @@ class Family:
     # the FFN-only backends (ckptlib/families/ffn_sides.py), where ckptlib.modes.WIRINGS gives the
     # family the "side" scope.
     ffn_sides: Mapping[str, FeedForwardSide] = field(default_factory=dict)
+    # Attention submodules between a block's streams, offloaded where the family's wiring says
+    # "module-and-cross" (BlockSpec.cross_attention).
+    cross_attention: tuple[str, ...] = ()
 
     @property
     def wiring(self) -> Wiring:
@@ -81,6 +84,7 @@ class Family:
             reasons=self.reasons,
             mask_share=1 / model.config[self.routed_experts] if self.routed_experts else None,
             ffn_sides=self.ffn_sides,
+            cross_attention=self.cross_attention,
         )
 
     def model_class(self):

@@ -290,6 +290,7 @@ FAMILIES = (
         # Training passes no spatio-temporal guidance blocks, so every block gets the same extras.
         block_lists={"transformer_blocks": CallConvention.state("hidden_states", "audio_hidden_states")},
         attention=("attn1", "attn2", "audio_attn1", "audio_attn2"),
+        cross_attention=("audio_to_video_attn", "video_to_audio_attn"),
         feed_forward=("ff", "audio_ff"),
         blocks_note="joint video+audio blocks; the audio stream's attention and feed-forward count too",
     ),

@@ -124,6 +124,8 @@ def fingerprint(
             )  # fmt: skip
         digest.update(repr([(n, tuple(p.shape), str(p.dtype)) for n, p in work.model.named_parameters()]).encode())
         digest.update(repr(work.spec).encode())
+        if work.spec.cross_attention:  # not in the repr: earlier fingerprints stay as they were
+            digest.update(repr(tuple(work.spec.cross_attention)).encode())
     except Exception:  # noqa: BLE001 - not buildable on meta: the source alone tells
         pass
     return digest.hexdigest()[:12] if legacy else FINGERPRINT_PREFIX + digest.hexdigest()[:12]

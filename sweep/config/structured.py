@@ -51,7 +51,7 @@ class ModeConfig:
     # what an FFN-only backend recomputes: modules | side; None: as SimpleTuner wires the family (the
     # docs' -ffn columns), its feed-forward modules for a builder of one's own
     ffn_scope: Optional[str] = None
-    # what attention offload wraps: module | kernel; None: as SimpleTuner wires the family
+    # what attention offload wraps (ckptlib.config.ATTENTION_OFFLOAD_SCOPES); None: as SimpleTuner wires the family
     attention_offload_scope: Optional[str] = None
 
 

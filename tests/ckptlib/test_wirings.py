@@ -146,3 +146,23 @@ def test_kandinsky_offloads_only_the_attention_kernels_saved_tensors_as_simpletu
         offloaded[scope] = handle.report.offload["tensors_offloaded"]
         calls = handle.report.attention_regions_offloaded
     assert offloaded["kernel"] == calls * sdpa_saved_tensors() < offloaded["module"], offloaded
+
+
+def test_ltx2_offloads_its_cross_stream_attentions_too_as_simpletuner_does():
+    """ltxvideo2/transformer.py puts activation_offload_context around the audio-to-video and
+    video-to-audio attentions as well as each stream's own: under the docs' activation-offload every
+    block offloads six attentions, where the project's default scope offloads the four it declares."""
+    assert as_wired(MODES["activation-offload"], FAMILIES["ltxvideo2"].wiring).attention_offload_scope == (
+        "module-and-cross"
+    )
+    calls, offloaded = {}, {}
+    for scope in ("module", "module-and-cross"):
+        work = build("ltxvideo2", "tiny")
+        config = CheckpointConfig("none", offload_attention=True, attention_offload_scope=scope, min_offload_bytes=0)
+        handle = ckptlib.apply(work.model, config, work.spec)
+        work.step()
+        calls[scope] = handle.report.attention_regions_offloaded
+        offloaded[scope] = handle.report.offload["tensors_offloaded"]
+    blocks = len(work.model.transformer_blocks)
+    assert (calls["module"], calls["module-and-cross"]) == (4 * blocks, 6 * blocks), calls
+    assert offloaded["module-and-cross"] > offloaded["module"], offloaded

@@ -127,6 +127,9 @@ def test_a_family_comparison_counts_deltas_against_layer_and_published_ooms():
     assert result.not_applied == 1
     assert [mode for mode, _ in result.misses] == ["seg2-stride4"]
     assert result.misses[0][1] == round(26 * GIB) - round(20 * GIB) - (round(15 * GIB) - round(10 * GIB))
+    assert result.ooms_missed == []
+    fits = compare(table, "H100", {**predicted, "none": round(60 * GIB)})  # the OOM, predicted to fit: a miss
+    assert (fits.ooms, fits.ooms_predicted, fits.ooms_missed) == (1, 0, ["none"])
 
 
 def test_an_oom_where_layer_ran_out_too_is_listed_not_counted():
