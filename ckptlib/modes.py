@@ -78,6 +78,9 @@ WIRINGS: dict[str, Wiring] = {
     "sana": PER_BLOCK,  # sana/transformer.py: should_checkpoint_block
     "auraflow": PER_BLOCK,  # auraflow/transformer.py: should_checkpoint_block
     "qwen-image": PER_BLOCK,  # qwen_image/transformer.py: should_checkpoint_block
+    # stable_cascade/unet.py: should_checkpoint_block over one index that runs on through the down and up
+    # lists (each list's length a multiple of 4: the same blocks as an index per list)
+    "stable-cascade": PER_BLOCK,
     "ernie-image": PER_BLOCK,  # ernie/transformer.py: should_checkpoint_block
     "ideogram4": PER_BLOCK,  # ideogram/transformer.py: should_checkpoint_block
     "cosmos2": PER_BLOCK,  # cosmos/transformer.py: should_checkpoint_block

@@ -169,14 +169,16 @@ EXAMPLES: dict[str, Example] = {
         "0.53 GiB over (+2.54 against +2.01 GiB). Neither is established",
     ),
     "SDXL": Example(lokr=LoKr({"Attention": 12})),
+    # Stage C's feed-forwards are no FeedForward class: LoKr adapts its attention only, as LyCORIS's class
+    # match would.
     "Stable Cascade": Example(
-        shape={"batch": 3},
+        shape={"batch": 3, "height": 1344, "width": 1344},
         lokr=LOKR,
         dtype=torch.float32,  # the example's mixed_precision "no"
-        known="predicted in float32 as the example trains; Stage C's feed-forwards are no FeedForward class, "
-        "so LoKr adapts its attention only, as LyCORIS's class match would. Still 40% under the published "
-        "`none` delta: not explained. The L40S's `none` OOM, not predicted, follows from the published figures: "
-        "the H100's `none` peak (51.52 GiB) is over the L40S's 44.99",
+        note="SimpleTuner's stage C encoder as such: EfficientNet V2 S's features at stride 32 with no resize first "
+        "(stable_cascade/autoencoder.py), 32 x 32 latents of the example's 1024 px crops, where the family's inputs "
+        "follow the prior pipeline's 42.67 (1024 px -> 24 x 24); so the table is predicted at 1344 px, which makes "
+        "the same 32 x 32 latents",
     ),
     "Wan 2.1 T2V 1.3B": Example(
         "wan",

@@ -181,6 +181,7 @@ PER_BLOCK_INTERVAL = {
     "longcat-image": "longcat_image/transformer.py",
     "qwen-image": "qwen_image/transformer.py",
     "sana": "sana/transformer.py",
+    "stable-cascade": "stable_cascade/unet.py",
 }
 
 
