@@ -53,6 +53,9 @@ class Example:
     family: str | None = None  # None: the family whose docs name is the heading
     preset: str | None = None  # None: the family's default preset
     shape: dict = field(default_factory=dict)  # height, width, frames, batch over the preset's
+    # shape overrides the prediction adds, where the family's inputs make the latents the example trains
+    # of another size (Stable Cascade); the published rows keep `shape`
+    predicted_at: dict = field(default_factory=dict)
     lora_rank: int = 16
     lokr: LoKr | None = None  # LyCORIS LoKr (lycoris_config.json) instead of PEFT LoRA
     # the weights' and activations' dtype: bf16 unless the example sets mixed_precision "no" (float32)
@@ -172,7 +175,8 @@ EXAMPLES: dict[str, Example] = {
     # Stage C's feed-forwards are no FeedForward class: LoKr adapts its attention only, as LyCORIS's class
     # match would.
     "Stable Cascade": Example(
-        shape={"batch": 3, "height": 1344, "width": 1344},
+        shape={"batch": 3},
+        predicted_at={"height": 1344, "width": 1344},
         lokr=LOKR,
         dtype=torch.float32,  # the example's mixed_precision "no"
         note="SimpleTuner's stage C encoder as such: EfficientNet V2 S's features at stride 32 with no resize first "
@@ -339,6 +343,7 @@ def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, 
                 lokr=example.lokr,
                 dtype=example.dtype,
                 **example.shape,
+                **example.predicted_at,
             ).peak_bytes
         except UnsupportedModeError as error:
             found[mode] = f"unsupported: {error}"
@@ -499,6 +504,8 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
         if table.heading not in predicted:
             continue
         shape = "".join(f" {k}={v}" for k, v in table.example.shape.items())
+        if table.example.predicted_at:
+            shape += ", predicted at" + "".join(f" {k}={v}" for k, v in table.example.predicted_at.items())
         lines += [
             f"### {table.heading} ({table.family} {table.preset}{shape}, {table.example.trains})",
             "",
