@@ -26,6 +26,8 @@ class DeviceModel:
     # tensor of the input's dtype, four times that in fp32)
     fused_dropout: bool = False
     host_is_device: bool = False  # the host's tensors (AdamW's step counters) are on the device: a CPU
+    # a large allocation holds its whole block (NOTE [ The caching allocator's large blocks ] in ckptlib/memory.py)
+    allocator_large_blocks: bool = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -37,6 +39,8 @@ class DeviceModel:
         lines = [f"weights and activations in {self.dtype_name}"]
         if self.allocator_round_bytes > 1:
             lines.append(f"each allocation rounded up to {self.allocator_round_bytes} B (caching allocator)")
+        if self.allocator_large_blocks:
+            lines.append("an allocation over 10 MiB holds its whole 2 MiB-rounded block where 1 MiB or less is left")
         if self.workspace_bytes:
             lines.append(f"{self.workspace_bytes / MIB:.0f} MiB cuBLAS workspace in the peak")
         if self.context_bytes:
@@ -75,6 +79,7 @@ HOPPER = DeviceModel(
     foreach_optimizer=True,
     asynchronous_copies=True,
     fused_dropout=True,
+    allocator_large_blocks=True,
 )
 DEVICE_MODELS = {
     "cuda": HOPPER,

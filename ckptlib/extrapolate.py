@@ -33,7 +33,7 @@ import torch
 
 from .config import CheckpointConfig
 from .devices import DeviceModel, device_model
-from .memory import plain_tensors, storage_id
+from .memory import allocated_bytes, plain_tensors, storage_id
 from .predict import Prediction, predict, truncate_blocks
 from .quantize import is_quantized
 from .workload import Workload
@@ -156,13 +156,16 @@ class ShallowPredictor:
     def weight_bytes(self) -> int:
         """The device bytes of the model's weights, LoRA adapters included, as the allocator rounds
         them: alive through every stage of every step, a floor under any schedule's peak."""
-        round_to = self.device.allocator_round_bytes
         storages = {
             storage_id(plain): plain.untyped_storage().nbytes()
             for p in self._meta.model.parameters()
             for plain in plain_tensors(p)
         }
-        return sum(-(-size // round_to) * round_to for size in storages.values())
+        device = self.device
+        return sum(
+            allocated_bytes(size, device.allocator_round_bytes, device.allocator_large_blocks)
+            for size in storages.values()
+        )
 
     def predict(self, config: CheckpointConfig, depths: Mapping[str, int] | None = None) -> Prediction:
         """The prediction at `depths` (block list -> blocks kept; None: the whole model)."""

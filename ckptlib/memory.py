@@ -23,6 +23,8 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils._pytree import tree_leaves
 
+from .units import MIB
+
 _untracked = threading.local()
 
 # What a storage is: tracked before the step (parameters, gradients, optimizer state, inputs) or
@@ -76,19 +78,46 @@ def untracked():
         _untracked.active = previous
 
 
+# NOTE [ The caching allocator's large blocks ]: CUDA's caching allocator (c10/cuda/CUDACachingAllocator.cpp)
+# rounds a request up to 512 B, and serves one over 10 MiB from a segment rounded up to 2 MiB (or a cached
+# block of that size, when the same tensors come back each step). It splits a block only where more than
+# 1 MiB would be left over (`shouldSplit`: remaining > kSmallSize), so a request whose 2 MiB round-up leaves
+# 1 MiB or less holds the whole block, and max_memory_allocated counts it: a 27 MiB activation (PixArt's
+# 3 x 4096 tokens x 1152 in bf16) holds 28 MiB. Requests of 1 to 10 MiB are carved from 20 MiB segments,
+# where a leftover under 1 MiB is rare and not modelled.
+LARGE_REQUEST = 10 * MIB  # kMinLargeAlloc: above it, segments are rounded up to ROUND_LARGE
+ROUND_LARGE = 2 * MIB  # kRoundLarge
+SPLIT_ABOVE = 1 * MIB  # kSmallSize: a block is split only where more than this is left over
+
+
+def allocated_bytes(nbytes: int, round_to: int = 1, large_blocks: bool = False) -> int:
+    """What an allocator holds for a storage of `nbytes`: rounded up to `round_to`, and with
+    `large_blocks` as CUDA's caching allocator holds a large one (NOTE [ The caching allocator's large blocks ])."""
+    size = -(-nbytes // round_to) * round_to
+    if large_blocks and size > LARGE_REQUEST:
+        block = -(-size // ROUND_LARGE) * ROUND_LARGE
+        if block - size <= SPLIT_ABOVE:
+            return block
+    return size
+
+
 class LiveTensorTracker(TorchDispatchMode):
     """Tracks bytes of live storages on `device` created while active, and their peak.
 
     Storages that existed before entering (parameters, inputs) are not counted; add them with `track`.
-    `round_to` rounds every storage up as an allocator would (the CUDA caching allocator: 512 B).
+    `round_to` rounds every storage up as an allocator would (the CUDA caching allocator: 512 B), and
+    `large_blocks` holds a large one's whole block as that allocator does (allocated_bytes).
     `device` may name several device types: a prediction of a CPU step tracks its meta tensors and
     the real CPU tensors it makes (AdamW's step counters), which a CUDA step keeps off the device.
     """
 
-    def __init__(self, device: str | torch.device | tuple[str, ...] = "cpu", round_to: int = 1):
+    def __init__(
+        self, device: str | torch.device | tuple[str, ...] = "cpu", round_to: int = 1, large_blocks: bool = False
+    ):
         super().__init__()
         self.device_types = {torch.device(d).type for d in (device if isinstance(device, tuple) else (device,))}
         self.round_to = round_to
+        self.large_blocks = large_blocks
         self.live_bytes = 0
         self.peak_bytes = 0
         self.live_by_category: Counter = Counter()
@@ -140,7 +169,7 @@ class LiveTensorTracker(TorchDispatchMode):
         key = storage._cdata
         if key in self._entries:
             return
-        size = -(-storage.nbytes() // self.round_to) * self.round_to
+        size = allocated_bytes(storage.nbytes(), self.round_to, self.large_blocks)
         self._entries[key] = (size, category, weakref.ref(storage, lambda _, key=key: self._release(key)))
         self.live_bytes += size
         self.live_by_category[category] += size
@@ -162,6 +191,7 @@ def step_peak(
     device: str | torch.device | tuple[str, ...] = "cpu",
     round_to: int = 1,
     tracker_type: type[LiveTensorTracker] = LiveTensorTracker,
+    large_blocks: bool = False,
 ) -> LiveTensorTracker:
     """Run one training step of `work` (a Workload) under a tracker (a `tracker_type`) that starts
     from everything already alive (weights, gradients, optimizer state, inputs); it holds the peak.
@@ -169,7 +199,7 @@ def step_peak(
     The tracker also keeps the peak of each stage of the step: `forward`, `backward` (until a block
     list's first gradient), `backward <block list>` (from its first gradient: backward runs the
     lists last to first) and `optimizer`."""
-    with peak_tracked(work, device, round_to, tracker_type) as tracker:
+    with peak_tracked(work, device, round_to, tracker_type, large_blocks) as tracker:
         work.step()
     return tracker
 
@@ -180,10 +210,11 @@ def peak_tracked(
     device: str | torch.device | tuple[str, ...] = "cpu",
     round_to: int = 1,
     tracker_type: type[LiveTensorTracker] = LiveTensorTracker,
+    large_blocks: bool = False,
 ) -> Iterator[LiveTensorTracker]:
     """step_peak's tracker around a step of `work` that the caller runs (one step: the stages
     follow its forward, backward and optimizer step)."""
-    tracker = tracker_type(device, round_to=round_to)
+    tracker = tracker_type(device, round_to=round_to, large_blocks=large_blocks)
     for category, tensors in _workload_tensors(work).items():
         tracker.track(*tensors, category=category)
     block_list = {id(p): path for path in work.spec.block_lists for p in work.model.get_submodule(path).parameters()}

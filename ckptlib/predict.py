@@ -111,7 +111,13 @@ def predict(
             work.settle()  # optimizer state and the lazily drawn target exist in every measured step
         _FUSED_ATTENTION_FLOPS[0] = 0
         tracked = ("meta", "cpu") if model.host_is_device else "meta"
-        tracker = step_peak(work, tracked, round_to=model.allocator_round_bytes, tracker_type=StepCounter)
+        tracker = step_peak(
+            work,
+            tracked,
+            round_to=model.allocator_round_bytes,
+            tracker_type=StepCounter,
+            large_blocks=model.allocator_large_blocks,
+        )
     breakdown = {c: tracker.peak_by_category.get(c, 0) for c in CATEGORIES}
     if model.workspace_bytes:
         breakdown["workspace"] = model.workspace_bytes

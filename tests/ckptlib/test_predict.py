@@ -106,6 +106,31 @@ def test_cuda_device_model_rounds_adds_workspace_and_never_materialises_scores()
     assert cuda_growth == pytest.approx(2.0, rel=0.05) and cpu_growth > 3.0
 
 
+def test_a_large_allocation_holds_its_whole_block_as_cudas_caching_allocator_does():
+    """NOTE [ The caching allocator's large blocks ]: over 10 MiB, a request whose 2 MiB round-up leaves
+    1 MiB or less holds the whole block (c10's shouldSplit: remaining > kSmallSize), so a 27 MiB activation
+    counts 28 MiB; the prediction on `cuda` counts it so, where exact bytes would not."""
+    from dataclasses import replace
+
+    from ckptlib.memory import LiveTensorTracker, allocated_bytes
+
+    mib = 2**20
+    assert allocated_bytes(27 * mib, 512, large_blocks=True) == 28 * mib  # 1 MiB left: not split
+    assert allocated_bytes(27 * mib + 512 * 1024, 512, large_blocks=True) == 28 * mib
+    assert allocated_bytes(26 * mib + 512 * 1024, 512, large_blocks=True) == 26 * mib + 512 * 1024  # 1.5 MiB: split
+    assert allocated_bytes(9 * mib + 1, 512, large_blocks=True) == 9 * mib + 512  # from a 20 MiB segment
+    assert allocated_bytes(27 * mib, 512) == 27 * mib
+    with LiveTensorTracker("meta", round_to=512, large_blocks=True) as tracker:
+        kept = torch.empty(27 * mib, dtype=torch.uint8, device="meta")
+    assert tracker.peak_bytes == 28 * mib and kept.numel() == 27 * mib
+    # PixArt's hidden states: 3 x 4096 tokens x 1152 in bf16, 27 MiB each
+    shape = dict(preset="tiny", training="frozen", width=1152, heads=16, tokens=4096, batch=3, depth=1)
+    exact = replace(DEVICE_MODELS["cuda"], allocator_large_blocks=False)
+    held = predict(synthetic.build, MODES["none"], "cuda", **shape).peak_bytes
+    counted = predict(synthetic.build, MODES["none"], exact, **shape).peak_bytes
+    assert DEVICE_MODELS["cuda"].allocator_large_blocks and held > counted and (held - counted) % mib == 0
+
+
 def test_unknown_device_model_is_rejected():
     with pytest.raises(ValueError, match="unknown device model 'tpu'; known: cuda, cuda-pre-hopper, cpu"):
         predict(synthetic.build, MODES["none"], "tpu", preset="tiny")
