@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
@@ -264,11 +265,19 @@ def throughput_plot(table, path: Path) -> Path:
     return _save(fig, path)
 
 
+DIFF_BARS = 40  # a diff plot draws at most this many cells: those that changed most (the table lists all)
+
+
 def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Path | None:
-    """Time and memory of B over A per cell, side by side: red where B is slower (or larger)."""
+    """Time and memory of B over A per cell, side by side: red where B is slower (or larger). Of
+    more than DIFF_BARS cells, the DIFF_BARS whose time or memory changed most, in the table's order."""
     both = diff.dropna(subset=["ratio"])
     if both.empty:
         return None
+    cells = len(both)
+    if cells > DIFF_BARS:
+        change = np.maximum(np.log(both["ratio"]).abs(), np.log(both["memory_ratio"]).abs().fillna(0))
+        both = both.iloc[np.sort(np.argsort(-change.to_numpy(), kind="stable")[:DIFF_BARS])]
     labels = [cell_name(r) for r in both.itertuples()]
     # the names' width beside two panels of about 3 inches; an inch of height kept for title and legend
     width, height = 6.5 + 0.078 * max(map(len, labels)), max(2.8, 0.3 * len(both) + 1)
@@ -279,7 +288,8 @@ def diff_plot(diff: pd.DataFrame, label_a: str, label_b: str, path: Path) -> Pat
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel(f"{what}: {label_b} / {label_a}")
     time_ax.set_ylim(len(both) - 0.5, -0.5)  # the first cell on top, no margin beyond the bars
-    fig.suptitle(f"{label_b} vs {label_a}, cell by cell", fontsize=11, y=1 - 0.15 / height, va="top")
+    shown = "cell by cell" if cells == len(both) else f"the {len(both)} of {cells} cells that changed most"
+    fig.suptitle(f"{label_b} vs {label_a}, {shown}", fontsize=11, y=1 - 0.15 / height, va="top")
     fig.legend(
         handles=[
             Patch(color="tab:red", label=f"{label_b} slower / larger"),

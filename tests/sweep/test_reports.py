@@ -112,6 +112,32 @@ def test_a_diff_plot_names_each_bar_as_the_table_names_its_cell(engine, tmp_path
     assert drawn[0][2].startswith("flux1 ") and drawn[0][2].endswith(" int8-torchao")
 
 
+def test_a_diff_plot_of_many_cells_draws_those_that_changed_most_in_the_tables_order(engine, tmp_path, monkeypatch):
+    """The H100-vs-L40S diff of the docs' tables has hundreds of cells (a bar each was a 7271 px tall
+    figure): past DIFF_BARS, the cells whose time or memory ratio is furthest from 1, in table order,
+    and the title says how many of how many."""
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from sweep.report.plots import DIFF_BARS, diff_plot
+
+    base = diff_runs(engine, "H100 80GB", "L40S").cells.head(1)
+    ratios = [1.0 + (i % 7) / 100 for i in range(DIFF_BARS + 10)]
+    ratios[3], ratios[49] = 3.0, 0.2  # the two that changed most, whatever else is drawn
+    cells = pd.concat([base.assign(preset=f"p{i}", ratio=r, memory_ratio=1.0) for i, r in enumerate(ratios)])
+    drawn, titles = [], []
+    barh, suptitle = Axes.barh, Figure.suptitle
+    monkeypatch.setattr(
+        Axes, "barh", lambda ax, labels, *a, **k: drawn.append(list(labels)) or barh(ax, labels, *a, **k)
+    )
+    monkeypatch.setattr(Figure, "suptitle", lambda fig, t, *a, **k: titles.append(t) or suptitle(fig, t, *a, **k))
+    assert diff_plot(cells, "H100 80GB", "L40S", tmp_path / "diff.png").exists()
+    presets = [label.split()[1] for label in drawn[0]]
+    assert len(presets) == DIFF_BARS and "p3" in presets and "p49" in presets
+    assert presets == sorted(presets, key=lambda name: int(name[1:]))  # the table's order
+    assert titles == [f"L40S vs H100 80GB, the {DIFF_BARS} of {DIFF_BARS + 10} cells that changed most"]
+
+
 def test_a_run_on_one_side_only_is_one_line_and_the_table_fits_a_terminal(engine):
     """Diffing by hardware pairs cells within runs of the same name: a sweep the other side never
     ran is one line, not a row per cell; the terminal table keeps each cell on one 160-column line."""
