@@ -338,8 +338,7 @@ def _predict_table(job: tuple[str, str, Example, tuple[str, ...]]) -> dict[str, 
                 lora_dropout=LORA_DROPOUT,
                 lokr=example.lokr,
                 dtype=example.dtype,
-                **example.shape,
-                **example.predicted_at,
+                **{**example.shape, **example.predicted_at},
             ).peak_bytes
         except UnsupportedModeError as error:
             found[mode] = f"unsupported: {error}"
@@ -445,6 +444,10 @@ def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparis
     return result
 
 
+def _overrides(shape: dict) -> str:
+    return "".join(f" {k}={v}" for k, v in shape.items())
+
+
 def _gib(value: int) -> str:
     return f"{value / GIB:.2f}"
 
@@ -499,9 +502,9 @@ def report(tables: list[Table], predicted: dict) -> list[str]:
     for table in tables:
         if table.heading not in predicted:
             continue
-        shape = "".join(f" {k}={v}" for k, v in table.example.shape.items())
+        shape = _overrides(table.example.shape)
         if table.example.predicted_at:
-            shape += ", predicted at" + "".join(f" {k}={v}" for k, v in table.example.predicted_at.items())
+            shape += ", predicted at" + _overrides(table.example.predicted_at)
         lines += [
             f"### {table.heading} ({table.family} {table.preset}{shape}, {table.example.trains})",
             "",
