@@ -4,7 +4,8 @@
 #   scripts/postgres.sh restart   restarts the running server (the store's reconnect test)
 #   scripts/postgres.sh stop
 #   scripts/postgres.sh remove   stops the server and deletes its cluster (a private one, see below)
-# The role may create databases: each test makes its own and drops it. CKPT_SWEEP_PG_CLUSTER and
+# The role may create databases: each test makes its own and drops it, WITH (FORCE), which ends an
+# autovacuum worker in it only for a member of pg_signal_backend. CKPT_SWEEP_PG_CLUSTER and
 # CKPT_SWEEP_PG_PORT (default main, 5432) name another cluster: the restart test starts a private
 # one, so that restarting it cuts no other test's connection.
 set -euo pipefail
@@ -32,6 +33,8 @@ DO \$\$ BEGIN
     CREATE ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASSWORD';
   END IF;
 END \$\$;
+SET client_min_messages = warning;
+GRANT pg_signal_backend TO $ROLE;
 SQL
     su postgres -c "psql -p $PORT -tAc \"SELECT 1 FROM pg_database WHERE datname = '$DATABASE'\"" | grep -q 1 \
       || su postgres -c "createdb -p $PORT -O $ROLE $DATABASE"
