@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .spec import BlockSpec
-from .workload import Workload, adamw_for, default_dtype, make_trainable
+from .workload import Workload, adamw_for, default_dtype, make_trainable, random_normal
 
 
 @dataclass(frozen=True)
@@ -160,12 +160,8 @@ def build(
     model = SyntheticTransformer(shape, device=device, dtype=dtype)
     model = make_trainable(model, training, LORA_TARGETS, lora_rank, quantization)
     model.train()
-    x = torch.randn(
-        shape.batch, shape.tokens, shape.width, device=device, dtype=dtype, requires_grad=training == "frozen"
-    )
-    # randn, not randn_like: the same draw, where randn_like on meta (every preflight and prediction)
-    # imports torch._dynamo, 1 s of a `ckpt-sweep run` process's start
-    target = torch.randn(x.shape, device=device, dtype=dtype)
+    x = random_normal((shape.batch, shape.tokens, shape.width), device, dtype, requires_grad=training == "frozen")
+    target = random_normal(x.shape, device, dtype)
     return Workload(
         model=model,
         spec=SPEC,

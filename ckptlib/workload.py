@@ -65,7 +65,7 @@ class Workload:
     def _draw_target(self, out: torch.Tensor) -> None:
         if self.target is None:  # the prediction's shape is the family's business: draw it once
             generator = seeded_generator(out.device, 1234)
-            self.target = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+            self.target = random_normal(out.shape, out.device, out.dtype, generator)
 
     @property
     def device(self) -> torch.device:
@@ -162,6 +162,17 @@ def _check_targets(model: nn.Module, targets: list[str]) -> None:
 def adamw_for(model: nn.Module, foreach: bool | None = None) -> torch.optim.Optimizer | None:
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=1e-4, foreach=foreach) if params else None
+
+
+def random_normal(
+    shape, device: str | torch.device, dtype: torch.dtype, generator=None, requires_grad: bool = False
+) -> torch.Tensor:
+    """`torch.randn`; on meta (every builder check and prediction) `torch.empty`, which is the same
+    tensor there: randn on meta runs torch's Python reference, whose first call imports sympy (0.3 s
+    of every `ckpt-sweep run` that checks a builder), and randn_like also torch._dynamo (1 s)."""
+    if torch.device(device).type == "meta":
+        return torch.empty(shape, device=device, dtype=dtype, requires_grad=requires_grad)
+    return torch.randn(shape, generator=generator, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
 def seeded_generator(device: str | torch.device, seed: int) -> torch.Generator:

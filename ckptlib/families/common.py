@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..spec import CallConvention
+from ..workload import random_normal
 from .geometry import FamilyShape, Latents
 
 PACKED = Latents(spatial=16)  # inputs come packed 2x2 at the VAE's /8: one token per 16x16 pixels
@@ -20,7 +21,7 @@ TINY_VIDEO = FamilyShape(height=32, width=32, frames=5, batch=2, text_tokens=8)
 
 
 def randn(generator, device, dtype, *shape):
-    return torch.randn(*shape, generator=generator, device=device, dtype=dtype)
+    return random_normal(shape, device, dtype, generator)
 
 
 def timestep(batch, device, scale: float, generator):

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ckptlib import BlockSpec, Workload
-from ckptlib.workload import adamw_for, default_dtype, make_trainable
+from ckptlib.workload import adamw_for, default_dtype, make_trainable, random_normal
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,8 @@ def build(preset: str = "small", training: str = "lora", device: str = "cpu", lo
     model = Model(shape, device=device, dtype=dtype)
     model = make_trainable(model, training, LORA_TARGETS, lora_rank, quantization)  # lora | frozen | full
     model.train()
-    x = torch.randn(shape.batch, shape.tokens, shape.width, device=device, dtype=dtype,
-                    requires_grad=training == "frozen")
-    target = torch.randn(x.shape, device=device, dtype=dtype)  # randn_like on meta imports torch._dynamo: 1 s
+    x = random_normal((shape.batch, shape.tokens, shape.width), device, dtype, requires_grad=training == "frozen")
+    target = random_normal(x.shape, device, dtype)  # torch.randn, without its cost on meta
     return Workload(model=model, spec=SPEC, args=(x,), target=target, optimizer=adamw_for(model),
                     grad_inputs=(x,) if training == "frozen" else ())
 '''

@@ -14,6 +14,9 @@ from tests.support.postgres import create_database, drop_database, rows
 from tests.support.sweeps import run_sweep, start_sweep
 
 FAST_CELLS = ["sweep=none", "family=faulty", "measure.warmup_steps=0", "measure.steps=1"]
+# The tests that use `time_limited` run on one xdist worker: a session fixture is once per worker,
+# and a second worker would submit (and wait out) the time-limited array again.
+TIME_LIMITED = pytest.mark.xdist_group("slurm-time-limit")
 
 
 @pytest.fixture(scope="session")
@@ -98,6 +101,7 @@ def overlapping(cells: dict[str, dict]) -> bool:
     return any(start < previous_end for (_, previous_end), (start, _) in zip(spans, spans[1:]))
 
 
+@TIME_LIMITED
 @pytest.mark.long
 def test_a_job_array_on_the_gpu_partition_runs_each_cell_once_within_its_parallelism(
     tmp_path, postgres_url, slurm_env, time_limited
@@ -170,6 +174,7 @@ def test_a_cancelled_array_resumes_without_rerunning_or_doubling_cells(tmp_path,
         assert after[name]["at"] == cell["at"] and after[name]["attempt"] == 1
 
 
+@TIME_LIMITED
 def test_a_cell_that_would_outlive_the_time_limit_is_recorded_as_a_timeout(time_limited):
     """A hanging cell under a 1-minute limit is recorded `timeout`, naming SLURM, before SLURM kills
     the task (which would record nothing); the other cell of the array finishes. On the cpu

@@ -189,9 +189,10 @@ def test_a_librarys_own_terminal_handler_does_not_bring_its_chatter_back(tmp_pat
 
 def test_checking_and_fingerprinting_your_model_import_no_peft_nor_torchs_compiler(tmp_path):
     """NOTE [ Building to inspect ]: the process that starts a sweep builds your model to check it and
-    to fingerprint each cell without importing PEFT, torchao or torch's compiler (seconds of CPU); the
-    cells inject the adapters and quantize the base. The scaffold's builder and the synthetic one draw
-    their target with randn: randn_like on meta imports torch._dynamo (1 s of every sweep's start)."""
+    to fingerprint each cell without importing PEFT, torchao, torch's compiler or sympy (seconds of
+    CPU); the cells inject the adapters and quantize the base. The scaffold's builder and the
+    synthetic one draw with ckptlib.workload.random_normal: on meta, randn_like imports torch._dynamo
+    (1 s of every sweep's start) and randn sympy (0.3 s)."""
     from sweep.config.scaffold import new_family
 
     new_family("my_model", tmp_path)
@@ -204,7 +205,7 @@ def test_checking_and_fingerprinting_your_model_import_no_peft_nor_torchs_compil
         "assert fingerprint('faulty.build', 'ok', '{}', 'lora', 16, 'none').startswith('m2-')\n"
         "assert fingerprint('faulty.build', 'ok', '{}', 'lora', 16, 'int8-torchao').startswith('m2-')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'peft', 'transformers', 'torchao'}"
-        " or m == 'torch._dynamo'))\n"
+        " or m in {'torch._dynamo', 'sympy'}))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
