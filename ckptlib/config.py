@@ -40,7 +40,7 @@ DEFAULT_OFFLOAD_STASH_DEPTH = 4
 # "segments": `interval` consecutive blocks form one region, a region every `stride` blocks
 # (checkpoint_sequential_state); "blocks": the blocks the pattern picks, every `interval`-th, or with
 # a stride the first `interval` of every `stride`, each its own region (should_checkpoint_block).
-REGIONS = ("segments", "blocks")
+REGIONS = ("segments", "blocks", "each")
 # What an FFN-only backend recomputes in a block (SimpleTuner's copies of each family's blocks differ):
 # "modules": the block's feed-forward submodules (BlockSpec.feed_forward) and nothing else; "side":
 # the block's feed-forward side as the family's trainer checkpoints it (BlockSpec.ffn_sides: Flux's
@@ -77,7 +77,8 @@ class CheckpointConfig:
     host_memory_share: the host pool stops growing past this share of available host memory; what
         does not fit stays on the device for the rest of the step (reported).
     regions: what the interval groups (REGIONS): "segments" of consecutive blocks, or "blocks" each
-        checkpointed alone, the interval then picking which (SimpleTuner's per-block meaning).
+        checkpointed alone, the interval then picking which (SimpleTuner's per-block meaning), or
+        "each": every block alone, the interval ignored (SimpleTuner's FFN-only loop in some families).
     offload_attention_in_regions: offload attention inside recomputed regions too, as SimpleTuner's
         gradient_checkpointing_offload_attention does (NOTE [ Attention offload inside a region ] in
         ckptlib/wiring.py); without it attention is offloaded only in blocks that keep their activations.

@@ -51,7 +51,8 @@ class Wiring:
         its copy of the blocks hands a function of its own to the checkpoint (the family's
         Family.ffn_sides), "modules" where it checkpoints the feed-forward module alone.
     ffn_interval_regions: what an interval picks under those backends: "blocks" where its loop
-        checkpoints every N-th block's side.
+        checkpoints every N-th block's side, "each" where its segmented path is off under them and
+        its loop checkpoints every block's feed-forward, the interval ignored.
     attention_offload_scope: what `gradient_checkpointing_offload_attention`'s hooks wrap
         (ckptlib.config.ATTENTION_OFFLOAD_SCOPES): "module" where its blocks put them around the
         attention module's call, "kernel" where its attention processor puts them around the kernel,
@@ -89,12 +90,19 @@ WIRINGS: dict[str, Wiring] = {
     # dispatch_attention_fn in its attention processor
     "kandinsky5": Wiring("blocks", attention_offload_scope="kernel"),
     # ltxvideo2/transformer.py: activation_offload_context around the audio-to-video and video-to-audio
-    # attentions too
-    "ltxvideo2": Wiring(attention_offload_scope="module-and-cross"),
+    # attentions too; under -ffn every block's MLP, whatever the interval (its loop checks none)
+    "ltxvideo2": Wiring(ffn_interval_regions="each", attention_offload_scope="module-and-cross"),
+    # minimaxh3/transformer.py: under -ffn, segments off; its loop's should_checkpoint_block picks the blocks
+    "minimax-h3": Wiring(ffn_interval_regions="blocks"),
+    # wan/transformer.py: under -ffn, segments off; its loop sets checkpoint_ffn on every block
+    "wan": Wiring(ffn_interval_regions="each"),
     # flux/transformer.py: segments of whole blocks; a block's side where `index % interval == 0`
     "flux1": Wiring(ffn_scope="side", ffn_interval_regions="blocks"),
-    "krea2": Wiring(ffn_scope="side"),  # krea2/transformer.py: Krea2TransformerBlock._ffn_forward
-    "z-image": Wiring(ffn_scope="side"),  # z_image/transformer.py: _ffn_forward_modulated
+    # krea2/transformer.py: Krea2TransformerBlock._ffn_forward. Under -ffn with an interval its segmented
+    # path still runs, checkpointing segments of whole blocks: not modelled (README, "Knowingly different")
+    "krea2": Wiring(ffn_scope="side"),
+    # z_image/transformer.py: _ffn_forward_modulated; under -ffn, segments off and every block's side
+    "z-image": Wiring(ffn_scope="side", ffn_interval_regions="each"),
 }
 
 

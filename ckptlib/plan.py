@@ -26,8 +26,8 @@ class BlockPlan:
 
 def plan_blocks(num_blocks: int, config: CheckpointConfig) -> BlockPlan:
     """Regions start every `stride` blocks and span `interval` blocks (both default to 1), or with
-    `regions="blocks"` are the single blocks that pattern picks; cut to the blocks `config.blocks`
-    chooses."""
+    `regions="blocks"` are the single blocks that pattern picks (`"each"`: every block); cut to the
+    blocks `config.blocks` chooses."""
     return plan_lists({"blocks": num_blocks}, config)["blocks"]
 
 
@@ -47,8 +47,8 @@ def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> B
     interval = config.interval or 1
     stride = config.stride or interval
     regions = []
-    if config.regions == "blocks":
-        regions = [range(i, i + 1) for i in sorted(chosen) if _picked(i, config)]
+    if config.regions != "segments":  # single blocks: those the pattern picks, or each one
+        regions = [range(i, i + 1) for i in sorted(chosen) if config.regions == "each" or _picked(i, config)]
     else:
         for start in range(0, num_blocks, stride):
             regions += _runs([i for i in range(start, min(start + interval, num_blocks)) if i in chosen])

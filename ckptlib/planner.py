@@ -253,8 +253,8 @@ def describe(config: CheckpointConfig) -> str:
         parts[0] += f" interval {config.interval}"
     if config.stride:
         parts[0] += f" stride {config.stride}"
-    if (config.interval or 1) > 1 and config.regions == "blocks":
-        parts[0] += " per block"
+    if (config.interval or 1) > 1 and config.regions != "segments":
+        parts[0] += " per block" if config.regions == "blocks" else " ignored (each block)"
     if config.blocks is not None and config.checkpoints:
         from .plan import describe_blocks
 

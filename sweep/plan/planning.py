@@ -408,6 +408,14 @@ def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | N
     return lines
 
 
+# What an interval checkpoints, by what it groups (ckptlib.config.REGIONS)
+INTERVAL_MEANINGS = {
+    "segments": "segments of {n} blocks",
+    "blocks": "one block in {n}, alone",
+    "each": "every block alone, whatever the interval",
+}
+
+
 def simpletuner_gaps(config: CheckpointConfig, wiring: Wiring = OWN_WIRING) -> list[str]:
     """What of `config` SimpleTuner's keys cannot say for a family wired as `wiring`: a cut of the
     blocks, an interval that groups blocks otherwise than the family's `gradient_checkpointing_interval`
@@ -418,14 +426,10 @@ def simpletuner_gaps(config: CheckpointConfig, wiring: Wiring = OWN_WIRING) -> l
     if config.checkpoints and config.blocks is not None:
         gaps.append(f"checkpointing the {_blocks(config)} only: it checkpoints every block")
     if not _interval_expressible(config, wiring):
-        interval = config.interval
-        gaps.append(
-            f"segments of {interval} blocks: in this family its gradient_checkpointing_interval checkpoints one "
-            f"block in {interval}, alone"
-            if config.regions == "segments"
-            else f"one block in {interval}, alone: in this family its gradient_checkpointing_interval checkpoints "
-            f"segments of {interval} blocks"
+        mine, theirs = (
+            INTERVAL_MEANINGS[c.regions].format(n=config.interval) for c in (config, as_wired(config, wiring))
         )
+        gaps.append(f"{mine}: in this family its gradient_checkpointing_interval checkpoints {theirs}")
     if config.offload_attention and config.checkpoints and not config.offload_attention_in_regions:
         gaps.append(
             "attention offload outside recomputed blocks only: its gradient_checkpointing_offload_attention "

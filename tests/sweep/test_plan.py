@@ -118,6 +118,9 @@ def test_the_simpletuner_block_names_the_base_precision_the_plan_assumed(quantiz
         ("flux1", CheckpointConfig("torch", interval=2), True),
         ("flux1", CheckpointConfig("torch-ffn", interval=2, regions="blocks", ffn_scope="side"), True),
         ("flux1", CheckpointConfig("torch-ffn", interval=2, ffn_scope="side"), False),
+        # Wan ignores an interval under an FFN-only backend: every block's feed-forward
+        ("wan", CheckpointConfig("torch-ffn", interval=2, regions="each"), True),
+        ("wan", CheckpointConfig("torch-ffn", interval=2), False),
     ],
 )
 def test_an_interval_is_written_only_where_simpletuner_groups_blocks_the_same_way(family, config, interval_keyed):
