@@ -253,7 +253,7 @@ def differing(values: dict[str, Any], mode: str) -> list[str]:
     nothing of a cell without offload)."""
     preset = MODES.get(mode)
     expected = preset and {s: getattr(preset, s) for s in LABELS["checkpoint"]}
-    if expected and values.get("backend") is not None:
+    if expected:  # as the family wires the mode (a published cell records no backend: its preset is what ran)
         wired = {**values, "interval": preset.interval, "backend": preset.backend}
         wired["offload_attention"] = preset.offload_attention
         expected.update({name: resolve(wired) for name, resolve in RESOLVED.items()})

@@ -796,3 +796,14 @@ def test_a_gpu_run_of_the_docs_sweep_lines_up_with_the_docs_columns(engine, tmp_
     plots.matrix_plots(cells, build_matrices(cells), tmp_path / "plots")
     [(title, labels)] = [(t, labels) for t, labels in drawn.items() if "on H200" in t]
     assert title.endswith("prefetch False") and labels == {"No checkpoint", "Torch layer", "Unsloth layer"}
+
+
+def test_a_published_interval_column_is_headed_by_its_mode_where_the_family_wires_it_per_block():
+    """The docs' Chroma interval2 column is SimpleTuner's one-block-in-N interval: imported with the
+    regions its family wires (sweep/report/reproduce_families.py), it is headed `interval2`, as a
+    measured cell of that mode is; where a family groups segments, single blocks are named."""
+    from sweep.config.cell import differing
+
+    assert differing({"family": "chroma", "regions": "blocks"}, "interval2") == []  # published: no backend
+    assert differing({"family": "chroma", "backend": "torch", "interval": 2, "regions": "blocks"}, "interval2") == []
+    assert differing({"family": "flux1", "regions": "blocks"}, "interval2") == ["regions"]
