@@ -253,9 +253,9 @@ def differing(values: dict[str, Any], mode: str) -> list[str]:
     nothing of a cell without offload)."""
     preset = MODES.get(mode)
     expected = preset and {s: getattr(preset, s) for s in LABELS["checkpoint"]}
-    if expected:  # as the family wires the mode (a published cell records no backend: its preset is what ran)
-        wired = {**values, "interval": preset.interval, "backend": preset.backend}
-        wired["offload_attention"] = preset.offload_attention
+    if expected:  # as the family wires the schedule the cell ran (a published cell records none: its mode's)
+        wired = {"interval": preset.interval, "backend": preset.backend, "offload_attention": preset.offload_attention}
+        wired.update({name: value for name, value in values.items() if value is not None})
         expected.update({name: resolve(wired) for name, resolve in RESOLVED.items()})
     named = [
         s
@@ -277,6 +277,10 @@ def _comparable(name: str, value):
     return describe_blocks(tuple(value) if isinstance(value, list) else value)
 
 
+# Values a label says in other words than their own
+LABEL_WORDS = {("regions", "each"): "every block"}
+
+
 def setting_label(name: str, value: Any) -> str:
     """'interval 3', 'compile regional', 'LoRA rank 64', 'first 12 blocks': a setting's value as labels say it."""
-    return FIELDS[name].metadata["label"].format(_comparable(name, value))
+    return FIELDS[name].metadata["label"].format(LABEL_WORDS.get((name, value), _comparable(name, value)))

@@ -111,6 +111,19 @@ def test_a_docs_interval_column_means_what_simpletuner_ran_for_the_family_under_
     assert "interval as" not in chroma.describe() and "(interval as segments)" in pairs.describe()
 
 
+def test_an_interval_under_wans_ffn_backend_checkpoints_every_block_as_simpletuner_does():
+    """SimpleTuner's Wan turns its segments off under -ffn and checkpoints every block's MLP: a cell
+    of that mode with an interval runs so, and a label names the project's grouping if asked for."""
+    wan = composed("family=wan", "preset=tiny", "mode=torch-ffn", "mode.interval=2")
+    grouped = composed("family=wan", "preset=tiny", "mode=torch-ffn", "mode.interval=2", "mode.regions=segments")
+    assert (wan.regions, grouped.regions, wan.checkpoint_config().regions) == ("each", "segments", "each")
+    assert wan.key != grouped.key
+    assert wan.describe().split(" q=")[0].endswith("torch-ffn (interval 2)")
+    assert "(interval 2, interval as segments)" in grouped.describe()
+    each = Cell(**{**grouped.as_dict(), "regions": "each", "family": "mine"})  # a model of one's own groups
+    assert "(interval 2, interval as every block)" in each.describe()
+
+
 def test_a_docs_ffn_column_recomputes_what_simpletuner_recomputes_for_the_family_under_a_key_of_its_own():
     """SimpleTuner's Flux.1 checkpoints each block's feed-forward side (norm, modulation, MLP, gate
     and residual; the single blocks' MLP path); its Wan, the MLP module alone. A docs -ffn cell says
