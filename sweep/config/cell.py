@@ -277,10 +277,11 @@ def _comparable(name: str, value):
     return describe_blocks(tuple(value) if isinstance(value, list) else value)
 
 
-# Values a label says in other words than their own
-LABEL_WORDS = {("regions", "each"): "every block"}
+# Setting -> its values that a label says in other words than their own
+LABEL_WORDS = {"regions": {"each": "every block"}}
 
 
 def setting_label(name: str, value: Any) -> str:
     """'interval 3', 'compile regional', 'LoRA rank 64', 'first 12 blocks': a setting's value as labels say it."""
-    return FIELDS[name].metadata["label"].format(LABEL_WORDS.get((name, value), _comparable(name, value)))
+    words = LABEL_WORDS.get(name, {})
+    return FIELDS[name].metadata["label"].format(words.get(value, value) if words else _comparable(name, value))

@@ -9,7 +9,7 @@ from typing import get_type_hints
 
 import pytest
 
-from sweep.config.cell import FIELDS, LATER_FIELDS, RESOLVED, Cell, cell_from_config, default
+from sweep.config.cell import FIELDS, LATER_FIELDS, RESOLVED, Cell, cell_from_config, default, setting_label
 from sweep.config.structured import SweepConfig
 from tests.support.sweeps import ROOT
 
@@ -122,6 +122,7 @@ def test_an_interval_under_wans_ffn_backend_checkpoints_every_block_as_simpletun
     assert "(interval 2, interval as segments)" in grouped.describe()
     each = Cell(**{**grouped.as_dict(), "regions": "each", "family": "mine"})  # a model of one's own groups
     assert "(interval 2, interval as every block)" in each.describe()
+    assert setting_label("blocks", [0, 5]) == "blocks 0, 5"  # as a recorded cell holds them: a list
 
 
 def test_a_docs_ffn_column_recomputes_what_simpletuner_recomputes_for_the_family_under_a_key_of_its_own():
