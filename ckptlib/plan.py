@@ -47,8 +47,8 @@ def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> B
     interval = config.interval or 1
     stride = config.stride or interval
     regions = []
-    if config.regions != "segments":  # single blocks: those the pattern picks, or each one
-        regions = [range(i, i + 1) for i in sorted(chosen) if config.regions == "each" or _picked(i, config)]
+    if config.regions != "segments":  # single blocks: those the pattern picks
+        regions = [range(i, i + 1) for i in sorted(chosen) if _picked(i, config)]
     else:
         for start in range(0, num_blocks, stride):
             regions += _runs([i for i in range(start, min(start + interval, num_blocks)) if i in chosen])
@@ -59,9 +59,9 @@ def _plan_list(num_blocks: int, config: CheckpointConfig, chosen: set[int]) -> B
 def _picked(index: int, config: CheckpointConfig) -> bool:
     """Whether the per-block pattern checkpoints block `index` of its list (SimpleTuner's
     should_checkpoint_block: every block without an interval, every interval-th without a stride,
-    else the first `interval` of every `stride`)."""
+    else the first `interval` of every `stride`; with regions "each", every block whatever the interval)."""
     interval = config.interval or 1
-    if interval == 1:
+    if interval == 1 or config.regions == "each":
         return True
     return index % interval == 0 if config.stride is None else index % config.stride < interval
 
