@@ -1,7 +1,7 @@
 """Run one cell in a fresh child process and map how the child ended to a status.
 
-Children come from a fork server that has torch, ckptlib, peft and the builder's module imported
-already, so a cell pays a fork, not an interpreter start. The fork server never initialises
+Children come from a fork server that has torch, ckptlib, the builder's module and (where cells
+train LoRA) peft imported already, so a cell pays a fork, not an interpreter start. The fork server never initialises
 CUDA (NOTE [ CUDA and the fork server ] in sweep/run/cuda_guard.py); each child sets its own
 CUDA_VISIBLE_DEVICES and device order before anything can start CUDA. The parent blocks in `wait`
 on the result pipe and the child's sentinel (no polling) and never raises for an outcome of the cell.
@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Collection
 from multiprocessing.connection import wait
 
 from sweep.store.results import CellResult
@@ -34,7 +35,6 @@ PRELOAD = [
     "ckptlib.attention",
     "ckptlib.families",
     "ckptlib.synthetic",
-    "peft",
     "sweep.run.isolation",
     "sweep.run.scenarios",
 ]
@@ -42,35 +42,40 @@ PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
 # The sweep's sys.path, for the fork server: Python 3.11's ignores the one multiprocessing hands it
 # (3.12 applies it), so under PYTHONSAFEPATH a builder beside the command line was not found there.
 PATH_VARIABLE = "CKPT_SWEEP_SYS_PATH"
-# What a builder's module needs preloaded besides itself: every diffusers class for the families
-# (5 s of imports a child would otherwise pay per cell).
-PRELOAD_FOR = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
+# What a cell needs preloaded besides PRELOAD, by its builder's module and by how it trains: every
+# diffusers class for the families (5 s of imports a child would otherwise pay per cell), and PEFT
+# for LoRA (it imports transformers' modeling code: 3 to 4 s of CPU that a sweep training in full,
+# or frozen, never uses). A cell whose needs the server lacks imports them itself.
+PRELOAD_FOR_BUILDER = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
+PRELOAD_FOR_TRAINING = {"lora": ["peft"]}
 _context = None
 preload_failures: dict[str, str] = {}  # what the fork server could not preload (module -> why), once known
 
 
-def preload_modules(builder_module: str) -> list[str]:
-    return [*PRELOAD, builder_module, *PRELOAD_FOR.get(builder_module, [])]
+def preload_modules(builder_module: str, trainings: Collection[str] = ("lora",)) -> list[str]:
+    """What cells of this builder that train in these ways need imported before they fork."""
+    for_training = [module for training in sorted(trainings) for module in PRELOAD_FOR_TRAINING.get(training, [])]
+    return [*PRELOAD, builder_module, *PRELOAD_FOR_BUILDER.get(builder_module, []), *for_training]
 
 
-def fork_server(builder_module: str):
-    """The fork server, started on first use with what the first cell's builder needs preloaded."""
+def fork_server(builder_module: str, trainings: Collection[str] = ("lora",)):
+    """The fork server, started on first use with what its first cells need preloaded."""
     global _context
     if _context is None:
         _context = mp.get_context("forkserver")
-        os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module))
+        os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module, trainings))
         os.environ[PATH_VARIABLE] = os.pathsep.join(sys.path)
         _context.set_forkserver_preload(["sweep.run.forkserver"])
     return _context
 
 
-def start_fork_server(builder_module: str) -> None:
-    """Start the fork server now and return at once: its preload (torch, peft, the builder's
-    module: seconds) runs on another core while this process composes the sweep's jobs and opens
-    its database. A sweep with nothing to run leaves it to die with this process."""
+def start_fork_server(builder_module: str, trainings: Collection[str]) -> None:
+    """Start the fork server now and return at once: its preload (torch, the builder's module,
+    peft for LoRA: seconds) runs on another core while this process composes the sweep's jobs and
+    opens its database. A sweep with nothing to run leaves it to die with this process."""
     from multiprocessing import forkserver
 
-    fork_server(builder_module)
+    fork_server(builder_module, trainings)
     forkserver.ensure_running()
 
 
@@ -81,10 +86,12 @@ def stop_fork_server() -> None:
     forkserver._forkserver._stop()
 
 
-def run_isolated(task, args: tuple, timeout_s: float, builder_module: str, on_phase=None) -> CellResult:
+def run_isolated(
+    task, args: tuple, timeout_s: float, builder_module: str, on_phase=None, training: str = "lora"
+) -> CellResult:
     """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended.
     With `on_phase`, the task also gets `progress=` and the parent hears each phase it reports."""
-    ctx = fork_server(builder_module)
+    ctx = fork_server(builder_module, (training,))
     receiver, sender = ctx.Pipe(duplex=False)
     # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
     # may since have assigned this process another GPU.

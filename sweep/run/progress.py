@@ -117,8 +117,10 @@ class SweepCallback(Callback):
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None
-        # the first job's builder module, for the fork server's preload (None: not known before it runs)
+        # for the fork server's preload: the first job's builder module and how the jobs train (None:
+        # not known before the first job runs)
         self.first_builder = cell_from_config(checks[0]).builder.rpartition(".")[0] if expanded else None
+        self.trainings = {cell_from_config(job).training for job in checks} if expanded else set()
         warning = gpu_sweep_warning(checks, self.total or len(checks))
         if warning:
             print(f"ckpt-sweep: {warning}", file=sys.stderr, flush=True)
@@ -158,7 +160,7 @@ class SweepCallback(Callback):
             self.task = self.progress.add_task("cells", total=self.total, counts="")
             self.progress.start()
         if self.first_builder and launcher(config) is None:  # Hydra's own: cells are this process's children
-            isolation.start_fork_server(self.first_builder)
+            isolation.start_fork_server(self.first_builder, self.trainings)
 
     def __getstate__(self) -> dict:
         # Launchers ship the callbacks to each job's process (Ray pickles them): a console and a live

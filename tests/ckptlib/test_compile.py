@@ -25,9 +25,11 @@ SCHEDULE_COUNTERS = (
     "attention_offload_skipped",
 )
 FIRST_BLOCKS = CheckpointConfig("unsloth", blocks=3)  # the non-uniform form: only the first k blocks
-# One worker compiles them all, one after another: the kernels Inductor generated and built for one
-# case are found in its cache by the next (its default FX graph cache), where three workers would
-# each build the same ones at once (191 s of worker time in the suite, 85 s in one).
+# One worker compiles each model's cases, one after another: the kernels Inductor generated and built
+# for one case are found in its cache by the next (its default FX graph cache), where three workers
+# would each build the same ones at once (191 s of worker time in the suite, 85 s in one). The two
+# models share few kernels, so Flux.1's cases are a group of their own (with a cold cache, one
+# worker took 344 s for both).
 pytestmark = pytest.mark.xdist_group("inductor")
 
 
@@ -92,6 +94,7 @@ def flux1(preset, **kwargs):
 
 
 @pytest.mark.long
+@pytest.mark.xdist_group("inductor-flux1")
 @pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"])
 def test_flux_compiled_step_matches_eager(mode):
     """A real family's two block lists under regional compilation, one schedule of each backend."""

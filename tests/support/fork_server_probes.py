@@ -24,13 +24,14 @@ def report_state() -> CellResult:
         "guard_refused": cuda_guard.refused,
         "initialized": torch.cuda.is_initialized(),
         "bad_fork": torch.cuda._is_in_bad_fork(),
+        "peft_preloaded": "peft" in sys.modules,
     }
     report["child_sees_cuda"] = torch.cuda.is_available()
     return CellResult(Status.OK, report=report)
 
 
-def state_at_fork(builder_module: str) -> dict:
-    result = isolation.run_isolated(report_state, (), 300, builder_module)
+def state_at_fork(builder_module: str, training: str) -> dict:
+    result = isolation.run_isolated(report_state, (), 300, builder_module, training=training)
     return {"status": result.status, "reason": result.reason, **(result.report or {})}
 
 

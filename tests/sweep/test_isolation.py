@@ -41,16 +41,21 @@ def triton_installed() -> bool:
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("builder_module", ["ckptlib.synthetic", "ckptlib.families.builders"])
-def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_module):
+@pytest.mark.parametrize(
+    "builder_module, training", [("ckptlib.synthetic", "full"), ("ckptlib.families.builders", "lora")]
+)
+def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_module, training):
     """torchao's import (through peft and diffusers) asks about the device, and with Triton installed
     runs torch's has_triton(): the guard answers from NVML, so no torch._C._cuda_* entry point is
-    reached before the fork, nothing fails to preload, and the child starts with CUDA untouched."""
-    report = probe("state_at_fork", builder_module)
+    reached before the fork, nothing fails to preload, and the child starts with CUDA untouched.
+    PEFT is preloaded for cells that train LoRA only (seconds of CPU that full training never uses)."""
+    report = probe("state_at_fork", builder_module, training)
     assert report["status"] == "ok", report
+    assert report["peft_preloaded"] is (training == "lora")
     assert report["server_calls"] == [] and report["preload_failures"] == {}
-    answered = {"is_available", "get_device_capability"} | ({"has_triton"} if triton_installed() else set())
-    assert answered <= set(report["guard_answered"]) and report["guard_refused"] == []
+    asked_through_peft = {"is_available", "get_device_capability"} | ({"has_triton"} if triton_installed() else set())
+    assert set(report["guard_answered"]) >= (asked_through_peft if training == "lora" else set())
+    assert report["guard_refused"] == []
     assert report["initialized"] is False and report["bad_fork"] is False
     assert report["child_sees_cuda"] is True  # torch's own check, through the C entry point, after the lift
 

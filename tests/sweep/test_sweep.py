@@ -346,7 +346,7 @@ def test_ad_hoc_sweeps_of_unrelated_models_do_not_share_a_run(tmp_path):
     for family, preset in (("faulty", "ok"), ("synthetic", "tiny")):
         done = run_sweep(db, "sweep=none", f"family={family}", f"preset={preset}", "mode=none", *FAST)
         assert done.returncode == 0, done.stderr[-2000:]
-    assert query(db, "select name from runs order by name") == [("faulty-lora",), ("synthetic-lora",)]
+    assert query(db, "select name from runs order by name") == [("faulty-full",), ("synthetic-full",)]
     named = run_sweep(db, "sweep=cpu-demo", "preset=tiny", "mode=none", *FAST)
     assert named.returncode == 0 and ("cpu-demo",) in query(db, "select name from runs"), named.stderr[-2000:]
 
@@ -358,8 +358,8 @@ def test_the_fork_server_starts_on_the_first_jobs_builder_before_any_cell_runs(t
 
     events = []
     start, run_isolated = isolation.start_fork_server, app.run_isolated
-    monkeypatch.setattr(isolation, "start_fork_server", lambda module: events.append(module) or start(module))
+    monkeypatch.setattr(isolation, "start_fork_server", lambda *needs: events.append(needs) or start(*needs))
     monkeypatch.setattr(app, "run_isolated", lambda *a, **k: events.append("cell") or run_isolated(*a, **k))
     done = run_sweep(tmp_path / "r.db", "sweep=none", "preset=tiny", "mode=none,layer", *FAST)
     assert done.returncode == 0, done.stderr
-    assert events == ["ckptlib.synthetic", "cell", "cell"]
+    assert events == [("ckptlib.synthetic", {"full"}), "cell", "cell"]
