@@ -152,7 +152,10 @@ EXAMPLES: dict[str, Example] = {
         "published `layer` peak, running out takes a `none` delta above 38.1 GiB, 30% over the predicted 29.4 GiB. "
         "The int8-sdnq-hadamard row does not settle "
         "it: its `layer` is predicted within 0.1 GiB (24.19 against 24.09 GiB), its `none` 14.9 GiB over "
-        "(78.34 against 63.48): under SDNQ the prediction errs the other way. Not established",
+        "(78.34 against 63.48): under SDNQ the prediction errs the other way. Not established. The docs now "
+        "call this table older measurements of Qwen-Image 1.0 on an earlier example, and say its nearly equal "
+        "interval and stride peaks do not show that those schedules were active; settling the `none` OOM takes "
+        "that model's `none` cell measured on an H100",
     ),
     "Sana": Example(shape={"batch": 4}, lokr=LOKR),
     "SanaVideo": Example(shape=VIDEO_480),

@@ -71,8 +71,7 @@ def test_a_sweep_survives_a_postgres_restart_in_the_middle(tmp_path, private_pos
         "family=faulty",
         "preset=slow",
         "+shape.tokens=8,12,16,20,24,28",
-        "measure.warmup_steps=1",
-        "measure.steps=2",
+        *FAST,
         f"db.url={postgres_url}",
     ]
     process = start_sweep(tmp_path / "unused.db", *overrides)

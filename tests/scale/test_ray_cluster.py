@@ -21,7 +21,8 @@ from tests.support.sweeps import ROOT, SUPPORT, run_sweep, start_sweep
 pytestmark = pytest.mark.xdist_group("ray-head")
 
 SCRIPT = ROOT / "scripts" / "ray.sh"
-CELLS = ["sweep=none", "family=faulty", "mode=none", "measure.warmup_steps=0"]
+# training=full: no Ray worker's fork server preloads PEFT (tests/support/sweeps.py FAST)
+CELLS = ["sweep=none", "family=faulty", "mode=none", "measure.warmup_steps=0", "training=full"]
 # The head's CPUs only (the test machine has no GPU); token authentication, as `ray start` sets up.
 CLUSTER = ["launcher=ray-cluster", "hydra.launcher.ray.remote.num_gpus=0"]
 DRIVER_ENV = {"RAY_AUTH_MODE": "token"}

@@ -13,7 +13,8 @@ from sweep.store.database import StoreError, filesystem_of, open_store
 from tests.support.postgres import create_database, drop_database, postgres_reason, rows
 from tests.support.sweeps import query, run_sweep
 
-SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer", "+shape.tokens=16,24"]
+# training=full: no worker's fork server preloads PEFT (tests/support/sweeps.py FAST)
+SLOW_CELLS = ["sweep=none", "family=faulty", "preset=slow", "mode=none,layer", "+shape.tokens=16,24", "training=full"]
 IDENTITY = "select cell_key, family, preset, mode, tokens, status from cells order by cell_key"
 
 

@@ -13,7 +13,8 @@ import pytest
 from tests.support.postgres import create_database, drop_database, rows
 from tests.support.sweeps import run_sweep, start_sweep
 
-FAST_CELLS = ["sweep=none", "family=faulty", "measure.warmup_steps=0", "measure.steps=1"]
+# training=full: no array task's fork server preloads PEFT (tests/support/sweeps.py FAST)
+FAST_CELLS = ["sweep=none", "family=faulty", "measure.warmup_steps=0", "measure.steps=1", "training=full"]
 # The tests that use `time_limited` run on one xdist worker: a session fixture is once per worker,
 # and a second worker would submit (and wait out) the time-limited array again.
 TIME_LIMITED = pytest.mark.xdist_group("slurm-time-limit")

@@ -59,8 +59,8 @@ def needs_cuda() -> CellResult:
 
 def after_failed_preload() -> dict:
     isolation.PRELOAD.insert(1, "tests.support.needs_cuda_at_import")
-    first = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic")
-    second = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic")
+    first = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic", training="full")
+    second = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic", training="full")
     return {"status": first.status, "reason": first.reason, **(first.report or {}), "second_cell": second.status}
 
 
