@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.postgres import rows
-from tests.support.sweeps import ROOT, SUPPORT, run_sweep, start_sweep
+from tests.support.sweeps import ROOT, SUPPORT, run_sweep, session_processes, start_sweep
 
 # One pytest-xdist worker runs this module: its tests share one Ray head per worker.
 pytestmark = pytest.mark.xdist_group("ray-head")
@@ -26,19 +26,6 @@ CELLS = ["sweep=none", "family=faulty", "mode=none", "measure.warmup_steps=0", "
 # The head's CPUs only (the test machine has no GPU); token authentication, as `ray start` sets up.
 CLUSTER = ["launcher=ray-cluster", "hydra.launcher.ray.remote.num_gpus=0"]
 DRIVER_ENV = {"RAY_AUTH_MODE": "token"}
-
-
-def session_processes(session: str) -> list[tuple[int, int, str]]:
-    """(pid, parent pid, command) of the live processes of a session."""
-    listing = subprocess.run(
-        ["ps", "-e", "-ww", "-o", "sid=,pid=,ppid=,stat=,args="], capture_output=True, text=True
-    ).stdout
-    found = []
-    for line in listing.splitlines():
-        sid, pid, ppid, stat, args = (line.split(None, 4) + [""])[:5]
-        if sid == session and not stat.startswith("Z"):
-            found.append((int(pid), int(ppid), args))
-    return found
 
 
 def start_head(port: int) -> tuple[str, str, dict, Path]:

@@ -98,16 +98,18 @@ def start_sweep(db: Path, *overrides: str, extra_env: dict | None = None) -> sub
     )
 
 
-def session_processes(session: int) -> list[str]:
-    """Processes still alive in a session (`ps`), as 'pid command' lines. A zombie is not alive, nor
-    is a process `ps` shows as `[python3]`: its command line is gone with its memory, so it is in the
-    middle of exiting (the multiprocessing resource tracker ends when the sweep that started it has,
-    and nobody waits for it)."""
-    listing = subprocess.run(["ps", "-e", "-ww", "-o", "sid=,pid=,stat=,args="], capture_output=True, text=True).stdout
-    rows = [line.split(maxsplit=3) for line in listing.splitlines()]
+def session_processes(session: int | str) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of the processes still alive in a session (`ps`). A zombie is
+    not alive, nor is a process `ps` shows as `[python3]`: its command line is gone with its memory,
+    so it is in the middle of exiting (the multiprocessing resource tracker ends when the sweep that
+    started it has, and nobody waits for it; a Ray process just stopped, likewise)."""
+    listing = subprocess.run(
+        ["ps", "-e", "-ww", "-o", "sid=,pid=,ppid=,stat=,args="], capture_output=True, text=True
+    ).stdout
+    rows = [line.split(maxsplit=4) for line in listing.splitlines()]
     return [
-        f"{pid} {stat} {args}"
-        for sid, pid, stat, args in (row for row in rows if len(row) == 4)
+        (int(pid), int(ppid), args)
+        for sid, pid, ppid, stat, args in (row for row in rows if len(row) == 5)
         if sid == str(session) and not stat.startswith("Z") and not (args.startswith("[") and args.endswith("]"))
     ]
 

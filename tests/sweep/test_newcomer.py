@@ -70,7 +70,7 @@ def test_editing_your_model_measures_its_cells_again_and_says_so(tmp_path):
     """NOTE [ A cell knows the model it measured ]: the same command after the model's width changed
     measures the cell again as a new attempt; unchanged, it is skipped."""
     assert ckpt_sweep(tmp_path, "new-family", "my_model").returncode == 0
-    run = [*RUN_MINE, "family._target_=my_model.build", "mode=none"]
+    run = [*RUN_MINE, "family._target_=my_model.build", "mode=none", "training=full"]  # no PEFT to preload
     first = ckpt_sweep(tmp_path, *run)
     assert first.returncode == 0
     assert "could not preload" not in first.stdout  # the fork server finds the builder beside the command line
