@@ -44,8 +44,9 @@ PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
 PATH_VARIABLE = "CKPT_SWEEP_SYS_PATH"
 # What a cell needs preloaded besides PRELOAD, by its builder's module and by how it trains: every
 # diffusers class for the families (5 s of imports a child would otherwise pay per cell), and PEFT
-# for LoRA (it imports transformers' modeling code: 3 to 4 s of CPU that a sweep training in full,
-# or frozen, never uses). A cell whose needs the server lacks imports them itself.
+# for LoRA (it imports transformers' modeling code: 3 to 5 s of CPU that a sweep training in full,
+# or frozen, never uses; diffusers' classes import it themselves, so the families load it anyway).
+# A cell whose needs the server lacks imports them itself.
 PRELOAD_FOR_BUILDER = {"ckptlib.families.builders": ["ckptlib.families.classes"]}
 PRELOAD_FOR_TRAINING = {"lora": ["peft"]}
 _context = None

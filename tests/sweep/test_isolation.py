@@ -42,13 +42,15 @@ def triton_installed() -> bool:
 
 @pytest.mark.long
 @pytest.mark.parametrize(
-    "builder_module, training", [("ckptlib.synthetic", "full"), ("ckptlib.families.builders", "lora")]
+    "builder_module, training",
+    [("ckptlib.synthetic", "full"), ("ckptlib.synthetic", "lora"), ("ckptlib.families.builders", "lora")],
 )
 def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_module, training):
     """torchao's import (through peft and diffusers) asks about the device, and with Triton installed
     runs torch's has_triton(): the guard answers from NVML, so no torch._C._cuda_* entry point is
     reached before the fork, nothing fails to preload, and the child starts with CUDA untouched.
-    PEFT is preloaded for cells that train LoRA only (seconds of CPU that full training never uses)."""
+    PEFT is preloaded for cells that train LoRA only (seconds of CPU that full training never uses;
+    diffusers' classes import it themselves, so the families have it either way)."""
     report = probe("state_at_fork", builder_module, training)
     assert report["status"] == "ok", report
     assert report["peft_preloaded"] is (training == "lora")
