@@ -201,7 +201,9 @@ def measured(cfg: DictConfig, cell: Cell, device: str, timeout_s: float, limited
     except ValueError as error:
         return CellResult(Status.INVALID, str(error))
     task, args = cell_task(cfg, cell, device)
-    result = run_isolated(task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase, cell.training)
+    result = run_isolated(
+        task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase, (cell.training,)
+    )
     if result.status == Status.TIMEOUT and limited_by:
         result.reason = f"{limited_by}: {result.reason}"
     return result

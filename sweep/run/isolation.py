@@ -1,8 +1,8 @@
 """Run one cell in a fresh child process and map how the child ended to a status.
 
 Children come from a fork server that has torch, ckptlib, the builder's module and (where cells
-train LoRA) peft imported already, so a cell pays a fork, not an interpreter start. The fork server never initialises
-CUDA (NOTE [ CUDA and the fork server ] in sweep/run/cuda_guard.py); each child sets its own
+train LoRA) peft imported already, so a cell pays a fork, not an interpreter start. The fork server
+never initialises CUDA (NOTE [ CUDA and the fork server ] in sweep/run/cuda_guard.py); each child sets its own
 CUDA_VISIBLE_DEVICES and device order before anything can start CUDA. The parent blocks in `wait`
 on the result pipe and the child's sentinel (no polling) and never raises for an outcome of the cell.
 """
@@ -20,6 +20,7 @@ import time
 from collections.abc import Collection
 from multiprocessing.connection import wait
 
+from ckptlib.names import TRAINING_MODES
 from sweep.store.results import CellResult
 from sweep.vocabulary import Status
 
@@ -53,13 +54,14 @@ _context = None
 preload_failures: dict[str, str] = {}  # what the fork server could not preload (module -> why), once known
 
 
-def preload_modules(builder_module: str, trainings: Collection[str] = ("lora",)) -> list[str]:
-    """What cells of this builder that train in these ways need imported before they fork."""
+def preload_modules(builder_module: str, trainings: Collection[str] = TRAINING_MODES) -> list[str]:
+    """What cells of this builder that train in these ways (not told: in any way) need imported
+    before they fork."""
     for_training = [module for training in sorted(trainings) for module in PRELOAD_FOR_TRAINING.get(training, [])]
     return [*PRELOAD, builder_module, *PRELOAD_FOR_BUILDER.get(builder_module, []), *for_training]
 
 
-def fork_server(builder_module: str, trainings: Collection[str] = ("lora",)):
+def fork_server(builder_module: str, trainings: Collection[str] = TRAINING_MODES):
     """The fork server, started on first use with what its first cells need preloaded."""
     global _context
     if _context is None:
@@ -88,11 +90,11 @@ def stop_fork_server() -> None:
 
 
 def run_isolated(
-    task, args: tuple, timeout_s: float, builder_module: str, on_phase=None, training: str = "lora"
+    task, args: tuple, timeout_s: float, builder_module: str, on_phase=None, trainings: Collection[str] = TRAINING_MODES
 ) -> CellResult:
     """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended.
     With `on_phase`, the task also gets `progress=` and the parent hears each phase it reports."""
-    ctx = fork_server(builder_module, (training,))
+    ctx = fork_server(builder_module, trainings)
     receiver, sender = ctx.Pipe(duplex=False)
     # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
     # may since have assigned this process another GPU.

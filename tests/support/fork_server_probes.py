@@ -31,7 +31,7 @@ def report_state() -> CellResult:
 
 
 def state_at_fork(builder_module: str, training: str) -> dict:
-    result = isolation.run_isolated(report_state, (), 300, builder_module, training=training)
+    result = isolation.run_isolated(report_state, (), 300, builder_module, trainings=(training,))
     return {"status": result.status, "reason": result.reason, **(result.report or {})}
 
 
@@ -59,8 +59,8 @@ def needs_cuda() -> CellResult:
 
 def after_failed_preload() -> dict:
     isolation.PRELOAD.insert(1, "tests.support.needs_cuda_at_import")
-    first = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic", training="full")
-    second = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic", training="full")
+    first = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic", trainings=("full",))
+    second = isolation.run_isolated(needs_cuda, (), 300, "ckptlib.synthetic", trainings=("full",))
     return {"status": first.status, "reason": first.reason, **(first.report or {}), "second_cell": second.status}
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
-# Full training: a sweep's fork server preloads PEFT only for LoRA cells (3 to 4 s of CPU in each
+# Full training: a sweep's fork server preloads PEFT only for LoRA cells (about 5 s of CPU in each
 # sweep that runs in a process of its own); the tests that are about LoRA name it.
 FAST = ["measure.warmup_steps=1", "measure.steps=2", "training=full"]
 
