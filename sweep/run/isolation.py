@@ -32,6 +32,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exit
 # ckptlib loads its names on first use: the modules every measured cell runs are named here.
 PRELOAD = [
     "torch",
+    "torch._dynamo",  # an optimizer imports it when first made: 1.5 to 2 s of each training cell otherwise
     "ckptlib.wiring",
     "ckptlib.attention",
     "ckptlib.families",
