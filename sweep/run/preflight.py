@@ -67,14 +67,24 @@ def job_overrides(overrides: list) -> list[list[str]]:
 
 def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
     """The number of jobs a basic-sweeper multirun will run, and one composed config for every
-    distinct combination of the validated keys (composing each of hundreds of jobs takes seconds)."""
+    distinct combination of the validated keys: the first job with it (composing each of hundreds
+    of jobs takes seconds, and the sweeper composes them all; these it is handed)."""
     if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
         return None
     loader = GlobalHydra.instance().config_loader()
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(params + list(config.hydra.overrides.task))
-    relevant = [o for o in parsed if o.get_key_element().lstrip("+~").split(".")[0] in VALIDATED_KEYS]
-    return len(job_overrides(parsed)), [loader.load_sweep_config(config, job) for job in job_overrides(relevant)]
+    jobs = job_overrides(parsed)  # as the sweeper will compose them: the loader keeps these for it
+    checked: dict[tuple[str, ...], list[str]] = {}
+    for job in jobs:
+        checked.setdefault(tuple(o for o in job if _config_key(o) in VALIDATED_KEYS), job)
+    compose = getattr(loader, "compose_ahead", loader.load_sweep_config)
+    return len(jobs), [compose(config, job) for job in checked.values()]
+
+
+def _config_key(override: str) -> str:
+    """The top-level config key an override string sets: `+shape.tokens=16` -> shape."""
+    return override.split("=")[0].lstrip("+~").split(".")[0]
 
 
 def override_problems(config: DictConfig) -> list[str]:
@@ -98,12 +108,13 @@ def job_value(job: DictConfig, key: str):
     from hydra.core.hydra_config import HydraConfig
 
     hydra_config = HydraConfig.instance()
-    previous = hydra_config.cfg
-    hydra_config.set_config(job)
+    previous, readonly = hydra_config.cfg, OmegaConf.is_readonly(job.hydra)
+    hydra_config.set_config(job)  # which makes job.hydra read-only: the launcher is handed this job later
     try:
         return OmegaConf.select(job, key)
     finally:
         hydra_config.cfg = previous
+        OmegaConf.set_readonly(job.hydra, readonly)
 
 
 def measure_problems(job: DictConfig) -> list[str]:

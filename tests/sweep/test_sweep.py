@@ -58,6 +58,24 @@ def test_multirun_creates_exactly_the_cartesian_product(tmp_path):
     assert {s for *_, s in rows} == {"ok"}
 
 
+def test_the_driver_composes_each_jobs_config_once(tmp_path, monkeypatch):
+    """The preflight, Hydra's sweeper (validating the batch) and its launcher each ask for every
+    job's config; composing one takes about 0.1 s on two cores, most of a tiny cell's cost in the
+    driver (sweep/run/compose_once.py)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    composed, compose = [], ConfigLoaderImpl.load_sweep_config
+    monkeypatch.setattr(
+        ConfigLoaderImpl,
+        "load_sweep_config",
+        lambda loader, master, overrides: composed.append(tuple(overrides)) or compose(loader, master, overrides),
+    )
+    done = run_sweep(tmp_path / "r.db", "sweep=none", "preset=tiny", "mode=none,layer", "+shape.tokens=16,24", *FAST)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert query(tmp_path / "r.db", "select count(*) from cells where status = 'ok'") == [(4,)]
+    assert len(composed) == len(set(composed)) == 4, composed
+
+
 @pytest.mark.long
 def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     """Only the hanging cell gets a short timeout: the others keep the default, however busy the machine."""
