@@ -35,6 +35,11 @@ def compose_each_job_once(loader) -> None:
             held[key] = (config, LATER_CALLS[caller])
         return config
 
-    loader.load_sweep_config = lambda master, overrides: composed(master, overrides, "sweeper")
-    loader.compose_ahead = lambda master, overrides: composed(master, overrides, "preflight")
+    def load_sweep_config(master_config, sweep_overrides):  # Hydra's names: it passes them by keyword
+        return composed(master_config, sweep_overrides, "sweeper")
+
+    def compose_ahead(master_config, sweep_overrides):
+        return composed(master_config, sweep_overrides, "preflight")
+
+    loader.load_sweep_config, loader.compose_ahead = load_sweep_config, compose_ahead
     loader.composes_once = True
