@@ -27,9 +27,9 @@ SCHEDULE_COUNTERS = (
 FIRST_BLOCKS = CheckpointConfig("unsloth", blocks=3)  # the non-uniform form: only the first k blocks
 # One worker compiles each model's cases, one after another: the kernels Inductor generated and built
 # for one case are found in its cache by the next (its default FX graph cache), where three workers
-# would each build the same ones at once (191 s of worker time in the suite, 85 s in one). The two
-# models share few kernels, so Flux.1's cases are a group of their own (with a cold cache, one
-# worker took 344 s for both).
+# would each build the same ones at once. The two models share few kernels, so Flux.1's cases are a
+# group of their own. With a cold cache this file took 100 s on two cores grouped, 123 s spread over
+# three workers (pytest 9.2 spread every group: test_this_modules_cases_run_on_one_worker).
 pytestmark = pytest.mark.xdist_group("inductor")
 
 
