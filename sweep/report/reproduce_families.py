@@ -83,14 +83,16 @@ VIDEO_480 = {"height": 368, "width": 640}
 LOKR = LoKr({"Attention": 2, "FeedForward": 4})  # lycoris_config.json of pixart, sana, cascade-stage-c, omnigen
 # the Wan and ERNIE examples keep block weights in host memory (RamTorch): the absolute peaks do not
 RAMTORCH = "RamTorch's host-resident block weights: the absolute peaks, and so the OOM verdicts, include them"
-# ERNIE's misses are the size of its weights, as if RamTorch kept each plain block's device copy of
-# its weights until that block's backward
+# ERNIE's misses are the size of its weights, as if each plain block kept a device copy of its
+# weights until its backward; RamTorch's own Linear does not (read at lodestone-rock/RamTorch@371d2dc)
 RAMTORCH_MISSES = (
     "the example trains with RamTorch (`ramtorch: true`), which streams each block's weights from host memory; "
     "the misses are consistent with a block that is not recomputed keeping its weights' device copy until its "
     "backward, which the prediction does not model: `none` less `layer` is 5.38 GiB above the prediction, "
     "the transformer's bf16 weights are 5.25 GiB, and interval2 (half the blocks plain) is 2.67 GiB above. "
-    "Not established: it needs RamTorch's autograd function read or a GPU run"
+    "RamTorch's Linear does not do that: its autograd function (ramtorch/modules/linear.py, BouncingLinearFn) "
+    "saves the input and the host-resident weight for backward and copies the weight to the device again there, "
+    "through two buffers per device shared by every layer. Not established: it needs a GPU run"
 )
 EXAMPLES: dict[str, Example] = {
     "ACE Step 1.5": Example(lora_rank=128),
@@ -188,8 +190,9 @@ EXAMPLES: dict[str, Example] = {
         "t2v-1.3b",
         shape=VIDEO_480,
         note=RAMTORCH,
-        known="RamTorch as in ERNIE's table would add the blocks' bf16 weights (2.6 GiB) to `none` less "
-        "`layer`; the published delta is 6.2 GiB above the prediction, so that explains part at most",
+        known="`none` less `layer` is 6.2 GiB above the prediction; a plain block's device copy of its weights "
+        "(2.6 GiB in all) would explain part at most, and RamTorch's Linear keeps none (ERNIE's table). "
+        "Not established: it needs a GPU run",
     ),
     "Wan 2.1 T2V 14B": Example("wan", "t2v-14b", shape=VIDEO_480, note=RAMTORCH),
     # helpers/models/z_image/model.py: the instance prompt "🟫" in Qwen3's chat template (with the thinking
