@@ -12,7 +12,6 @@ from __future__ import annotations
 
 # Configs held at once: past this, a job composes again rather than hold every job's config.
 MAX_HELD = 512
-LATER_CALLS = {"preflight": 2, "sweeper": 1}  # the calls still to come after each: validate, launch
 
 
 def compose_each_job_once(loader) -> None:
@@ -23,23 +22,23 @@ def compose_each_job_once(loader) -> None:
         return
     compose, held = loader.load_sweep_config, {}
 
-    def composed(master, overrides, caller: str):
+    def composed(master, overrides, calls_to_come: int):
         key = tuple(overrides)
         if key in held:
-            config, later = held.pop(key)
-            if later > 1:
-                held[key] = (config, later - 1)
+            config, left = held.pop(key)
+            if left > 1:
+                held[key] = (config, left - 1)
             return config
         config = compose(master, overrides)
         if len(held) < MAX_HELD:
-            held[key] = (config, LATER_CALLS[caller])
+            held[key] = (config, calls_to_come)
         return config
 
     def load_sweep_config(master_config, sweep_overrides):  # Hydra's names: it passes them by keyword
-        return composed(master_config, sweep_overrides, "sweeper")
+        return composed(master_config, sweep_overrides, calls_to_come=1)  # the launcher's, after validation
 
     def compose_ahead(master_config, sweep_overrides):
-        return composed(master_config, sweep_overrides, "preflight")
+        return composed(master_config, sweep_overrides, calls_to_come=2)  # validation's, then the launcher's
 
     loader.load_sweep_config, loader.compose_ahead = load_sweep_config, compose_ahead
     loader.composes_once = True

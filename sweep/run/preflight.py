@@ -78,8 +78,7 @@ def expand_jobs(config: DictConfig) -> tuple[int, list[DictConfig]] | None:
     checked: dict[tuple[str, ...], list[str]] = {}
     for job in jobs:
         checked.setdefault(tuple(o for o in job if _config_key(o) in VALIDATED_KEYS), job)
-    compose = getattr(loader, "compose_ahead", loader.load_sweep_config)
-    return len(jobs), [compose(config, job) for job in checked.values()]
+    return len(jobs), [loader.compose_ahead(config, job) for job in checked.values()]  # sweep/run/compose_once.py
 
 
 def _config_key(override: str) -> str:
