@@ -33,11 +33,14 @@ verbs:
 
 
 def run(args: list[str]) -> None:
-    from sweep.config.structured import name_problem
-    from sweep.report.pages import run_matrix
-    from sweep.run import progress
-    from sweep.run.app import hydra_app, start_sweep
-    from sweep.run.interruption import handled
+    from sweep.run.heap import collector_paused
+
+    with collector_paused():  # NOTE [ Imports without the collector ] in sweep/run/heap.py
+        from sweep.config.structured import name_problem
+        from sweep.report.pages import run_matrix
+        from sweep.run import progress
+        from sweep.run.app import hydra_app, start_sweep
+        from sweep.run.interruption import handled
 
     if problem := name_problem(args):
         sys.exit(f"ckpt-sweep: {problem}")

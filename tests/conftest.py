@@ -1,8 +1,13 @@
+import gc
 import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Collecting imports torch, diffusers' classes and peft: with the collector paused until the tests
+# start (NOTE [ Imports without the collector ] in sweep/run/heap.py).
+gc.disable()
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Three test workers share two cores, each with cells of its own: torch's OpenMP threads (one per
@@ -29,13 +34,13 @@ def imported_modules_frozen():
     """What every in-process test imports (torch, peft, diffusers' classes) is never garbage: frozen,
     the collector's full passes skip it (the families' and predictor's tests: 63 s -> 56 s in one
     process), as the fork server freezes its preloaded heap for the cells."""
-    import gc
+    from sweep.run.heap import collector_paused
 
-    import peft  # noqa: F401
-    import torch  # noqa: F401
+    with collector_paused():
+        import peft  # noqa: F401
+        import torch  # noqa: F401
 
-    import ckptlib.families.classes  # noqa: F401
-
+        import ckptlib.families.classes  # noqa: F401
     gc.freeze()
 
 
@@ -47,6 +52,16 @@ def fork_server_for_every_family():
     from sweep.run import isolation
 
     isolation.fork_server("ckptlib.families.builders")
+
+
+def pytest_sessionstart(session):
+    """An xdist controller collects nothing: it collects garbage from the start."""
+    if session.config.getoption("dist", "no") != "no" and not hasattr(session.config, "workerinput"):
+        gc.enable()
+
+
+def pytest_collection_finish(session):
+    gc.enable()
 
 
 def pytest_collection_modifyitems(items):

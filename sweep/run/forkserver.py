@@ -16,13 +16,17 @@ module: children fork from a server that never ran a failed import. What failed 
 (module -> why); a child imports it itself, after lifting the guard, when its cell needs it.
 """
 
-import importlib
-import json
-import os
-import sys
+import gc
 
-from . import cuda_guard, quiet
-from .isolation import PATH_VARIABLE, PRELOAD_VARIABLE, die_with_parent
+gc.disable()  # until the preload is frozen: NOTE [ Imports without the collector ] in sweep/run/heap.py
+
+import importlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from . import cuda_guard, quiet  # noqa: E402
+from .isolation import PATH_VARIABLE, PRELOAD_VARIABLE, die_with_parent  # noqa: E402
 
 FAILED_VARIABLE = "CKPT_SWEEP_PRELOAD_FAILED"  # what earlier starts of this server could not preload
 FAILED: dict[str, str] = json.loads(os.environ.get(FAILED_VARIABLE) or "{}")
@@ -52,3 +56,4 @@ die_with_parent()
 quiet.install()
 cuda_guard.install()
 preload([module for module in os.environ.get(PRELOAD_VARIABLE, "").split(",") if module])
+gc.freeze()  # the server only forks from here on; each cell collects again (isolation.child_main)

@@ -202,7 +202,10 @@ def child_main(
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NOTE [ Device order ] in sweep/machine/gpus.py
     if log is not None:
         quiet.log_to(log)
-    gc.freeze()  # the preloaded heap is the fork server's: collections skip it (0.2 s each otherwise)
+    # the preloaded heap is the fork server's: collections skip it (0.2 s each otherwise), and collect
+    # again from here (the server imported without: NOTE [ Imports without the collector ] in heap.py)
+    gc.freeze()
+    gc.enable()
     started = time.perf_counter()
     try:
         cuda_guard.check_untouched()

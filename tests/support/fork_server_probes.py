@@ -3,6 +3,7 @@ REPORT line of JSON. `python -m tests.support.fork_server_probes TASK [ARG]`."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
@@ -25,6 +26,8 @@ def report_state() -> CellResult:
         "initialized": torch.cuda.is_initialized(),
         "bad_fork": torch.cuda._is_in_bad_fork(),
         "peft_preloaded": "peft" in sys.modules,
+        "collects": gc.isenabled(),
+        "frozen_objects": gc.get_freeze_count(),
     }
     report["child_sees_cuda"] = torch.cuda.is_available()
     return CellResult(Status.OK, report=report)

@@ -60,6 +60,9 @@ def test_the_fork_server_preloads_without_reaching_cudas_entry_points(builder_mo
     assert report["guard_refused"] == []
     assert report["initialized"] is False and report["bad_fork"] is False
     assert report["child_sees_cuda"] is True  # torch's own check, through the C entry point, after the lift
+    # NOTE [ Imports without the collector ]: the server preloaded with the collector paused and froze
+    # what it imported (torch alone is some 10^5 objects); the cell collects its own garbage again
+    assert report["collects"] is True and report["frozen_objects"] > 100_000
 
 
 @pytest.mark.long
@@ -125,3 +128,25 @@ def test_guarded_initialisation_is_an_import_error_and_lifting_restores_torch(fa
 )
 def test_exit_reasons(code, reason):
     assert exit_reason(code) == reason
+
+
+def test_imports_pause_the_collector_and_leave_it_as_it_was():
+    """NOTE [ Imports without the collector ]: paused inside, as it was after (on or off), nested too."""
+    import gc
+
+    from sweep.run.heap import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -1,8 +1,5 @@
 """Published-table import, report round trip, diff, splice and advise."""
 
-import subprocess
-import sys
-
 import pandas as pd
 import pytest
 
@@ -15,7 +12,7 @@ from sweep.report.published import BUNDLED, import_file
 from sweep.report.text import TableError, parse_tables
 from sweep.store.database import open_store
 from sweep.store.query import load_cells, select_runs
-from tests.support.sweeps import ROOT, query
+from tests.support.sweeps import query, run_cli
 
 PUBLISHED = BUNDLED / "unsloth-synthetic.md"
 
@@ -258,26 +255,11 @@ def test_malformed_imports_name_file_line_and_cell_and_change_nothing(engine, tm
 
 def test_import_cli_reports_errors_and_success(tmp_path):
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    ok = subprocess.run(
-        [sys.executable, "-m", "sweep.cli", "import", str(PUBLISHED), "--db", db],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    ok = run_cli(["import", str(PUBLISHED), "--db", db])
     assert ok.returncode == 0 and "imported 4 published run(s)" in ok.stdout
-    missing = subprocess.run(
-        [sys.executable, "-m", "sweep.cli", "import", str(tmp_path / "nope.md"), "--db", db],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    missing = run_cli(["import", str(tmp_path / "nope.md"), "--db", db])
     assert missing.returncode != 0 and "nothing imported: cannot read" in missing.stderr
-    bad_url = subprocess.run(
-        [sys.executable, "-m", "sweep.cli", "report", "--db", "postgresql+nodriver://x/y"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    bad_url = run_cli(["report", "--db", "postgresql+nodriver://x/y"])
     assert bad_url.returncode != 0 and "cannot use database URL" in bad_url.stderr
 
 
@@ -380,23 +362,8 @@ def test_advise_rejects_unknown_input():
     ],
 )
 def test_advise_refuses_bad_cards_and_margins(engine, tmp_path, args, message):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweep.cli",
-            "advise",
-            "--family",
-            "synthetic",
-            "--tokens",
-            "16384",
-            "--db",
-            f"sqlite:///{tmp_path / 'r.db'}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    done = run_cli(
+        ["advise", "--family", "synthetic", "--tokens", "16384", "--db", f"sqlite:///{tmp_path / 'r.db'}", *args]
     )
     assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -515,12 +482,7 @@ def test_an_imported_oom_cell_is_a_status_in_report_advise_and_diff(engine, tmp_
 def test_import_of_a_binary_file_is_one_line(tmp_path, content, message):
     bad = tmp_path / "table.md"
     bad.write_bytes(content)
-    done = subprocess.run(
-        [sys.executable, "-m", "sweep.cli", "import", str(bad), "--db", f"sqlite:///{tmp_path / 'i.db'}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    done = run_cli(["import", str(bad), "--db", f"sqlite:///{tmp_path / 'i.db'}"])
     assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 

@@ -16,8 +16,7 @@ from sweep.store.migrations import schema_version
 from sweep.store.query import load_cells, select_runs
 from sweep.store.results import CellResult
 from sweep.store.schema import SCHEMA_VERSION
-from tests.support.postgres import ROOT
-from tests.support.sweeps import SUPPORT, run_sweep
+from tests.support.sweeps import SUPPORT, run_cli, run_sweep
 
 GIB = 2**30
 CELL = {"family": "synthetic", "preset": "packed-16384", "mode": "layer", "backend": "torch", "training": "frozen"}
@@ -223,12 +222,7 @@ def test_a_write_that_loses_its_connection_is_made_again(tmp_path):
 )
 def test_read_verbs_refuse_a_database_that_does_not_exist(tmp_path, verb):
     db = tmp_path / "mistyped.db"
-    done = subprocess.run(
-        [*_cli(), *[a.format(out=tmp_path / "reports") for a in verb], "--db", f"sqlite:///{db}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    done = run_cli([*[a.format(out=tmp_path / "reports") for a in verb], "--db", f"sqlite:///{db}"])
     assert done.returncode != 0 and f"no database at {db}" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not db.exists() and not (tmp_path / "reports").exists()
 
@@ -236,20 +230,9 @@ def test_read_verbs_refuse_a_database_that_does_not_exist(tmp_path, verb):
 def test_read_verbs_refuse_a_database_without_runs(tmp_path):
     db = tmp_path / "empty.db"
     store.open_store(f"sqlite:///{db}").dispose()
-    done = subprocess.run(
-        [*_cli(), "report", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "reports")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    done = run_cli(["report", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "reports")])
     assert done.returncode != 0 and "holds no runs yet" in done.stderr
     assert not (tmp_path / "reports" / "index.md").exists()
-
-
-def _cli() -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "sweep.cli"]
 
 
 def test_a_read_only_database_is_read_but_never_written(tmp_path, monkeypatch):
@@ -369,5 +352,5 @@ def test_merge_refuses_its_own_database_and_a_missing_one_in_one_line(tmp_path):
     home = tmp_path / "home.db"
     store.open_store(str(home)).dispose()
     for source, message in ((home, "is the database merged into"), (tmp_path / "nope.db", "no database at")):
-        done = subprocess.run([*_cli(), "merge", str(source), "--db", str(home)], capture_output=True, text=True)
+        done = run_cli(["merge", str(source), "--db", str(home)])
         assert done.returncode == 1 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

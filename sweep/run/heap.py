@@ -1,0 +1,28 @@
+"""How a sweep's processes treat Python's cyclic garbage collector while they import.
+
+NOTE [ Imports without the collector ]: importing torch, torch._dynamo and diffusers' classes makes
+about a million long-lived objects, and the collector, set off by allocations, runs its young
+generations hundreds of times and its full pass several times over them meanwhile: a quarter of
+the imports' CPU (torch, dynamo and the families' classes in one process: 6.2 -> 4.6 CPU-s). The
+processes that start by importing them (the console script's sweep, the fork server) import with
+the collector paused. The fork server then freezes what it imported (nothing preloaded is garbage:
+its cells' collections skip it, and do not write to its pages), and each cell collects again from
+its start (isolation.child_main); the console script collects again once its imports are done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """No cyclic collection inside; the collector as it was afterwards (nested uses are harmless)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
