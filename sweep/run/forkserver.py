@@ -18,7 +18,7 @@ module: children fork from a server that never ran a failed import. What failed 
 
 import gc
 
-gc.disable()  # until the preload is frozen: NOTE [ Imports without the collector ] in sweep/run/heap.py
+gc.disable()  # for good: the server imports, then only forks (NOTE [ Imports without the collector ], heap.py)
 
 import importlib  # noqa: E402
 import json  # noqa: E402
@@ -56,4 +56,6 @@ die_with_parent()
 quiet.install()
 cuda_guard.install()
 preload([module for module in os.environ.get(PRELOAD_VARIABLE, "").split(",") if module])
-gc.freeze()  # the server only forks from here on; each cell collects again (isolation.child_main)
+# The server only forks from here on: it never collects again; each cell freezes the preloaded heap
+# and collects its own garbage (isolation.child_main). Not frozen here: the server's exit would then
+# leave the frozen heap uncollected, and Triton's nanobind prints every object of it as leaked.

@@ -5,9 +5,10 @@ about a million long-lived objects, and the collector, set off by allocations, r
 generations hundreds of times and its full pass several times over them meanwhile: a quarter of
 the imports' CPU (torch, dynamo and the families' classes in one process: 6.2 -> 4.6 CPU-s). The
 processes that start by importing them (the console script's sweep, the fork server) import with
-the collector paused. The fork server then freezes what it imported (nothing preloaded is garbage:
-its cells' collections skip it, and do not write to its pages), and each cell collects again from
-its start (isolation.child_main); the console script collects again once its imports are done.
+the collector paused. The fork server never collects again (it only forks); each cell freezes what
+the server imported (nothing preloaded is garbage: its collections skip it) and collects its own
+garbage from its start (isolation.child_main); the console script collects again once its imports
+are done.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.sweeps import ROOT
+from tests.support.sweeps import ROOT, run_cli
 
 
 def ckpt_sweep(cwd, *args, timeout=600):
@@ -125,16 +125,17 @@ def test_a_builder_with_the_wrong_signature_is_named(tmp_path):
 def test_a_cpu_refuses_a_real_size_preset_it_cannot_hold(tmp_path):
     """Flux.1 dev at 1024x1024 on this host: predicted (seconds, nothing allocated), recorded
     predicted-oom with the numbers; nothing is built."""
-    done = ckpt_sweep(
-        ROOT,
-        "run",
-        "sweep=none",
-        "family=flux1",
-        "preset=dev",
-        "mode=layer",
-        "device=cpu",
-        f"db.url=sqlite:///{tmp_path / 'r.db'}",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    done = run_cli(
+        [
+            "run",
+            "sweep=none",
+            "family=flux1",
+            "preset=dev",
+            "mode=layer",
+            "device=cpu",
+            f"db.url=sqlite:///{tmp_path / 'r.db'}",
+            f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        ]
     )
     assert done.returncode == 0, done.stderr[-3000:]
     with sqlite3.connect(tmp_path / "r.db") as db:
