@@ -33,17 +33,16 @@ verbs:
 
 
 def run(args: list[str]) -> None:
+    from sweep.config.structured import name_problem
     from sweep.run.heap import collector_paused
 
+    if problem := name_problem(args):  # a mistyped name is said before torch is imported
+        sys.exit(f"ckpt-sweep: {problem}")
     with collector_paused():  # NOTE [ Imports without the collector ] in sweep/run/heap.py
-        from sweep.config.structured import name_problem
-        from sweep.report.pages import run_matrix
         from sweep.run import progress
         from sweep.run.app import hydra_app, start_sweep
         from sweep.run.interruption import handled
 
-    if problem := name_problem(args):
-        sys.exit(f"ckpt-sweep: {problem}")
     alone = ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i", "-sc", "--shell-completion")
     if not any(a in alone for a in args):
         args = ["--multirun", *args]
@@ -52,6 +51,14 @@ def run(args: list[str]) -> None:
     start_sweep()
     with handled():
         hydra_app()
+
+
+def run_matrix(engine, run_id: int) -> str:
+    """One run as the docs' matrix; its modules (pandas among them) are imported only by a sweep
+    that ends, not by one refused at its start."""
+    from sweep.report.pages import run_matrix as matrix
+
+    return matrix(engine, run_id)
 
 
 def _parser(verb: str, description: str) -> argparse.ArgumentParser:

@@ -235,8 +235,11 @@ def run_task(call, *args, **kwargs):
     records nothing, as Ctrl-C does locally (submitit would ignore it, and the task would record the
     cell its child was killed in as crashed): the task ends without a result, the sweep says so, and
     running the same command again runs the cell."""
-    from sweep.run import app
-    from sweep.run.interruption import handled
+    from sweep.run.heap import collector_paused
+
+    with collector_paused():  # a task's process imports torch here: NOTE [ Imports without the collector ]
+        from sweep.run import app
+        from sweep.run.interruption import handled
 
     app.time_limit = cell_time_limit  # each cell gets no more than the job has left
     with handled("stopped by SLURM (SIGTERM): nothing of this cell is recorded"):
