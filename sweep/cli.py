@@ -33,16 +33,16 @@ verbs:
 
 
 def run(args: list[str]) -> None:
-    from sweep.config.structured import name_problem
     from sweep.run.heap import collector_paused
 
-    if problem := name_problem(args):  # a mistyped name is said before torch is imported
-        sys.exit(f"ckpt-sweep: {problem}")
     with collector_paused():  # NOTE [ Imports without the collector ] in sweep/run/heap.py
+        from sweep.config.structured import name_problem
         from sweep.run import progress
-        from sweep.run.app import hydra_app, start_sweep
+        from sweep.run.app import hydra_app, start_sweep  # registers the typed configs name_problem reads
         from sweep.run.interruption import handled
 
+    if problem := name_problem(args):
+        sys.exit(f"ckpt-sweep: {problem}")
     alone = ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i", "-sc", "--shell-completion")
     if not any(a in alone for a in args):
         args = ["--multirun", *args]
