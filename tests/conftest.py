@@ -33,7 +33,7 @@ LAYERS = ("ckptlib", "sweep", "scale")
 def imported_modules_frozen():
     """What every in-process test imports (torch, peft, diffusers' classes) is never garbage: frozen,
     the collector's full passes skip it (the families' and predictor's tests: 63 s -> 56 s in one
-    process), as the fork server freezes its preloaded heap for the cells."""
+    process), as each cell freezes the heap its fork server preloaded."""
     from sweep.run.heap import collector_paused
 
     with collector_paused():

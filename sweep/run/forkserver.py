@@ -56,6 +56,3 @@ die_with_parent()
 quiet.install()
 cuda_guard.install()
 preload([module for module in os.environ.get(PRELOAD_VARIABLE, "").split(",") if module])
-# The server only forks from here on: it never collects again; each cell freezes the preloaded heap
-# and collects its own garbage (isolation.child_main). Not frozen here: the server's exit would then
-# leave the frozen heap uncollected, and Triton's nanobind prints every object of it as leaked.

@@ -8,7 +8,8 @@ processes that start by importing them (the console script's sweep, the fork ser
 the collector paused. The fork server never collects again (it only forks); each cell freezes what
 the server imported (nothing preloaded is garbage: its collections skip it) and collects its own
 garbage from its start (isolation.child_main); the console script collects again once its imports
-are done.
+are done. The server itself does not freeze: at its exit a frozen heap stays uncollected, and
+Triton's nanobind prints every object of it as leaked (into the sweep's stderr).
 """
 
 from __future__ import annotations
