@@ -6,6 +6,7 @@ tests skip, saying why, where the head cannot start."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,15 +29,17 @@ CLUSTER = ["launcher=ray-cluster", "hydra.launcher.ray.remote.num_gpus=0"]
 DRIVER_ENV = {"RAY_AUTH_MODE": "token"}
 
 
-def start_head(port: int) -> tuple[str, str, dict, Path]:
+def start_head() -> tuple[str, str, dict, Path]:
     """A Ray head in a session of its own, whose workers can import the test families: its address,
-    session id, environment and folder (skips, saying why, where it cannot start)."""
+    session id, environment and folder (skips, saying why, where it cannot start). Its GCS listens
+    on a port free now: a head left running by an earlier, killed test run holds the port it had,
+    and a new head there joins the old one's storage ("Session name ... does not match")."""
     folder = Path(tempfile.mkdtemp(prefix="ckpt-ray-"))  # Ray's socket paths must stay under 108 bytes
     env = {
         **os.environ,
         "RAY": os.path.join(os.path.dirname(sys.executable), "ray"),
         "CKPT_SWEEP_RAY_DIR": str(folder),
-        "CKPT_SWEEP_RAY_PORT": str(port),
+        "CKPT_SWEEP_RAY_PORT": str(free_port()),
         "PYTHONPATH": str(SUPPORT),
     }
     started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=180)
@@ -51,14 +54,15 @@ def stop_head(env: dict, folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def worker_port(base: int) -> int:
-    """A port per xdist worker: each worker that runs these tests has a head of its own."""
-    return base + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def ray_head():
-    address, session, env, folder = start_head(worker_port(6391))
+    address, session, env, folder = start_head()
     yield address, session, env
     stop_head(env, folder)
 
@@ -148,7 +152,7 @@ def test_a_worker_killed_mid_cell_leaves_it_crashed_and_the_sweep_goes_on(tmp_pa
 
 @pytest.mark.long
 def test_stopping_the_head_leaves_no_ray_process():
-    _, session, env, folder = start_head(worker_port(6401))
+    _, session, env, folder = start_head()
     assert session_processes(session)
     stop_head(env, folder)
     assert session_processes(session) == []
