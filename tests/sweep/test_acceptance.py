@@ -169,3 +169,59 @@ def test_the_fake_host_fakes_cuda_when_torch_is_imported_and_leaves_other_proces
         [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, **FAKE_CUDA}
     )
     assert done.stdout.split() == ["False", "1"], done.stdout + done.stderr[-2000:]
+
+
+def gpu_session(tmp_path, *args: str, card: str = "NVIDIA H200, 143771 MiB, 570.86.15") -> subprocess.CompletedProcess:
+    """scripts/gpu_session.sh on this host, with this venv's python3 and an `nvidia-smi` that names
+    the card (none: it finds no GPU) and leaves a mark when it is run."""
+    bin = tmp_path / "bin"
+    bin.mkdir(exist_ok=True)
+    smi = bin / "nvidia-smi"
+    found = f'echo "{card}"' if card else 'echo "NVIDIA-SMI has failed" && exit 9'
+    smi.write_text(f"#!/bin/sh\ntouch {tmp_path}/nvidia-smi-ran\n{found}\n")
+    smi.chmod(0o755)
+    path = os.pathsep.join([str(bin), os.path.dirname(sys.executable), os.environ["PATH"]])
+    return subprocess.run(
+        ["scripts/gpu_session.sh", *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "PATH": path},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, refusal",
+    [
+        (
+            ["core", "docs", "stduies"],
+            "gpu_session.sh: no stage 'stduies' (stages: core, docs, studies); nothing was run",
+        ),
+        (["core"], "gpu_session.sh: SECONDS is a whole number of seconds, not '10m'"),
+        ([], "usage: scripts/gpu_session.sh OUT SECONDS core|docs|studies..."),
+    ],
+)
+def test_a_gpu_session_refuses_a_bad_argument_before_its_time_is_spent(tmp_path, args, refusal):
+    """A misspelled last stage is found before the stages ahead of it spend the GPU's minutes."""
+    done = gpu_session(tmp_path, str(tmp_path / "out"), "10m" if "10m" in refusal else "75", *args)
+    assert (done.returncode, done.stderr.strip(), done.stdout) == (2, refusal, "")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "nvidia-smi-ran").exists()
+
+
+def test_a_gpu_session_records_the_stack_and_starts_no_stage_it_has_no_time_for(tmp_path):
+    """The session's preamble runs on this stack (every package the device needs imports), and a
+    stage is started only with a minute of the budget left, less the reserve for packing up."""
+    done = gpu_session(tmp_path, str(tmp_path / "out"), "75", "core", "docs")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[-3:]] == ["core", "docs", "gpu_session"]
+    assert "core: not started, " in done.stdout and "docs: not started, " in done.stdout, done.stdout
+    versions = (tmp_path / "out" / "versions.txt").read_text().splitlines()
+    assert versions[0] == "NVIDIA H200, 143771 MiB, 570.86.15", versions
+    assert versions[1].startswith(f"{sys.version.split()[0]} torch "), versions
+    assert not (tmp_path / "out" / "results.db").exists()
+
+
+def test_a_gpu_session_without_a_gpu_stops_before_any_stage(tmp_path):
+    done = gpu_session(tmp_path, str(tmp_path / "out"), "600", "core", card="")
+    assert done.returncode == 1 and "core" not in done.stdout, done.stdout
+    assert done.stderr.splitlines()[0].startswith(
+        "gpu_session.sh: no GPU, or a package the session needs does not import"
+    )
+    assert not (tmp_path / "out" / "checks").exists()
