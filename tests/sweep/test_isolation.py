@@ -150,3 +150,20 @@ def test_imports_pause_the_collector_and_leave_it_as_it_was():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_sweep_training_both_ways_starts_its_fork_server_with_peft(tmp_path, monkeypatch):
+    """The server's preload is for every cell of the sweep, not only the first: here the first
+    trains in full, a later one LoRA, whose cells would otherwise import PEFT each (3 to 5 s)."""
+    from sweep.run import isolation
+    from tests.support.sweeps import run_sweep
+
+    started = []
+    monkeypatch.setattr(isolation, "start_fork_server", lambda module, trainings: started.append((module, trainings)))
+    overrides = ["sweep=none", "family=synthetic", "preset=tiny", "mode=none", "training=full,lora"]
+    done = run_sweep(tmp_path / "r.db", *overrides, "measure.warmup_steps=0", "measure.steps=1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ((module, trainings),) = started
+    assert set(trainings) == {"full", "lora"}
+    assert "peft" in isolation.preload_modules(module, trainings)
+    assert "peft" not in isolation.preload_modules(module, {"full"})
