@@ -33,7 +33,9 @@ LAYERS = ("ckptlib", "sweep", "scale")
 def imported_modules_frozen():
     """What every in-process test imports (torch, peft, diffusers' classes) is never garbage: frozen,
     the collector's full passes skip it (the families' and predictor's tests: 63 s -> 56 s in one
-    process), as each cell freezes the heap its fork server preloaded."""
+    process), as each cell freezes the heap its fork server preloaded. Thawed at the end: a frozen
+    object is never collected, and at exit Triton's bindings (nanobind) list each of theirs still
+    alive, some 90 lines of "nanobind: leaked ..." under pytest's summary."""
     from sweep.run.heap import collector_paused
 
     with collector_paused():
@@ -42,6 +44,8 @@ def imported_modules_frozen():
 
         import ckptlib.families.classes  # noqa: F401
     gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session", autouse=True)
