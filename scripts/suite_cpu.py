@@ -1,6 +1,8 @@
 """Where the test suite's CPU goes: run a command (default: the README's pytest) while sampling every
 process's CPU time from /proc four times a second, then print the CPU-seconds per kind of process
-(test workers, fork servers, `ckpt-sweep run`, g++, Ray, ...) and per test folder of the subprocesses.
+(test workers, fork servers, `ckpt-sweep run`, g++, Ray, ...) and, for pytest, per test file and per
+test: the worker's own CPU in the test plus every process started while it ran (the plugin
+scripts/suite_cpu_plugin.py names the test in their environment).
 
     python scripts/suite_cpu.py                       # .venv/bin/pytest
     python scripts/suite_cpu.py .venv/bin/pytest tests/scale
@@ -12,12 +14,17 @@ missed; the kernel's own threads and processes started before the command are le
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
+
+from suite_cpu_plugin import LOG_VARIABLE, TEST_VARIABLE
 
 TICK = os.sysconf("SC_CLK_TCK")
 SAMPLE_S = 0.25
@@ -46,11 +53,22 @@ def sample(seen: dict, stop: threading.Event) -> None:
                 if key not in seen:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         command = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    seen[key] = [0.0, command, int(fields[1])]
+                    seen[key] = [0.0, command, int(fields[1]), started_in(pid)]
                 seen[key][0] = (int(fields[11]) + int(fields[12])) / TICK
             except (OSError, ValueError, IndexError):  # the process ended meanwhile
                 continue
         stop.wait(SAMPLE_S)
+
+
+def started_in(pid: str) -> str:
+    """The test during which the process was started ("" when none was running, or not pytest)."""
+    prefix = f"{TEST_VARIABLE}=".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            found = [entry for entry in f.read().split(b"\0") if entry.startswith(prefix)]
+    except OSError:
+        return ""
+    return found[0][len(prefix) :].decode(errors="replace") if found else ""
 
 
 def kind(command: str, parent: str) -> str:
@@ -59,35 +77,55 @@ def kind(command: str, parent: str) -> str:
     return next((name for name, pattern in KINDS if re.search(pattern, command)), "other")
 
 
+def print_top(cpu_by_test: collections.Counter, group, count: int) -> None:
+    grouped = collections.Counter()
+    for test, cpu in cpu_by_test.items():
+        grouped[group(test)] += cpu
+    for name, cpu in grouped.most_common(count):
+        print(f"  {cpu:8.1f}  {name}")
+
+
 def main(argv: list[str]) -> int:
+    argv = argv or [".venv/bin/pytest"]
+    log = Path(tempfile.mkstemp(prefix="suite-cpu-", suffix=".jsonl")[1])
+    env = {**os.environ, LOG_VARIABLE: str(log)}
+    if Path(argv[0]).name == "pytest":
+        argv = [argv[0], "-p", "suite_cpu_plugin", *argv[1:]]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")]))
     before = {int(p) for p in os.listdir("/proc") if p.isdigit()}
     seen: dict = {}
     stop = threading.Event()
     sampler = threading.Thread(target=sample, args=(seen, stop), daemon=True)
     sampler.start()
     started = time.perf_counter()
-    code = subprocess.call(argv or [".venv/bin/pytest"])
+    code = subprocess.call(argv, env=env)
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
-    commands = {pid: command for (pid, _), (_, command, _) in seen.items()}
-    totals, counts, tests = collections.Counter(), collections.Counter(), collections.Counter()
-    for (pid, _), (cpu, command, parent) in seen.items():
+    commands = {pid: command for (pid, _), (_, command, _, _) in seen.items()}
+    totals, counts = collections.Counter(), collections.Counter()
+    by_test = collections.Counter()  # the worker's own CPU in each test, then what it started
+    for line in log.read_text().splitlines():
+        record = json.loads(line)
+        by_test[record["test"]] += record["cpu_s"]
+    log.unlink()
+    for (pid, _), (cpu, command, parent, test) in seen.items():
         if pid in before or not command:
             continue
         name = kind(command, commands.get(parent, ""))
         totals[name] += cpu
         counts[name] += 1
-        folder = re.search(r"popen-gw\d+/([^/ ]+)", command)
-        if folder:
-            tests[folder.group(1)] += cpu
+        if test and name != "test workers":
+            by_test[test] += cpu
     print(f"\nwall {wall:.1f} s, exit {code}; CPU-s by kind of process (processes):")
     for name, cpu in totals.most_common():
         print(f"  {cpu:8.1f}  {counts[name]:5d}  {name}")
     print(f"  {sum(totals.values()):8.1f}         in all")
-    print("CPU-s of the processes whose command line names a test's folder (their own, not their children's):")
-    for folder, cpu in tests.most_common(15):
-        print(f"  {cpu:8.1f}  {folder}")
+    if by_test:
+        print("CPU-s by test file (the worker's own in its tests, and every process they started):")
+        print_top(by_test, lambda test: test.split("::")[0], 15)
+        print("CPU-s by test, its parameters together:")
+        print_top(by_test, lambda test: re.sub(r"\[.*", "", test), 20)
     return code
 
 
