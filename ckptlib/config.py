@@ -39,8 +39,15 @@ DEFAULT_OFFLOAD_STASH_DEPTH = 4
 # What an interval groups (SimpleTuner has both, per family: gradient_checkpointing_interval.py):
 # "segments": `interval` consecutive blocks form one region, a region every `stride` blocks
 # (checkpoint_sequential_state); "blocks": the blocks the pattern picks, every `interval`-th, or with
-# a stride the first `interval` of every `stride`, each its own region (should_checkpoint_block).
-REGIONS = ("segments", "blocks", "each")
+# a stride the first `interval` of every `stride`, each its own region (should_checkpoint_block);
+# "each": every block its own region, the interval ignored (SimpleTuner's FFN-only loop in some
+# families). Each in the words the planner and the plan verb use, for an interval of n:
+REGION_MEANINGS = {
+    "segments": "segments of {n} blocks",
+    "blocks": "one block in {n}, alone",
+    "each": "every block alone, whatever the interval",
+}
+REGIONS = tuple(REGION_MEANINGS)
 # What an FFN-only backend recomputes in a block (SimpleTuner's copies of each family's blocks differ):
 # "modules": the block's feed-forward submodules (BlockSpec.feed_forward) and nothing else; "side":
 # the block's feed-forward side as the family's trainer checkpoints it (BlockSpec.ffn_sides: Flux's

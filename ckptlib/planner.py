@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .config import CheckpointConfig
+from .config import REGION_MEANINGS, CheckpointConfig
 from .extrapolate import Estimate, ShallowPredictor, period
 from .spec import UnsupportedModeError
 
@@ -254,7 +254,7 @@ def describe(config: CheckpointConfig) -> str:
     if config.stride:
         parts[0] += f" stride {config.stride}"
     if (config.interval or 1) > 1 and config.regions != "segments":
-        parts[0] += " per block" if config.regions == "blocks" else " ignored (each block)"
+        parts[0] += f" ({REGION_MEANINGS[config.regions].format(n=config.interval)})"
     if config.blocks is not None and config.checkpoints:
         from .plan import describe_blocks
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from sqlalchemy.engine import Engine
 
 from ckptlib import CheckpointConfig
+from ckptlib.config import REGION_MEANINGS
 from ckptlib.extrapolate import Estimate, ShallowPredictor
 from ckptlib.modes import MODES, OWN_WIRING, WIRINGS, Wiring, as_wired
 from ckptlib.planner import Candidate, ScheduleSearch, Throughput, describe, fit_throughput, plan_schedules
@@ -408,14 +409,6 @@ def frontier_table(plan: ScheduleSearch, budget: int, recommended: Candidate | N
     return lines
 
 
-# What an interval checkpoints, by what it groups (ckptlib.config.REGIONS)
-INTERVAL_MEANINGS = {
-    "segments": "segments of {n} blocks",
-    "blocks": "one block in {n}, alone",
-    "each": "every block alone, whatever the interval",
-}
-
-
 def simpletuner_gaps(config: CheckpointConfig, wiring: Wiring = OWN_WIRING) -> list[str]:
     """What of `config` SimpleTuner's keys cannot say for a family wired as `wiring`: a cut of the
     blocks, an interval that groups blocks otherwise than the family's `gradient_checkpointing_interval`
@@ -427,7 +420,7 @@ def simpletuner_gaps(config: CheckpointConfig, wiring: Wiring = OWN_WIRING) -> l
         gaps.append(f"checkpointing the {_blocks(config)} only: it checkpoints every block")
     if not _interval_expressible(config, wiring):
         mine, theirs = (
-            INTERVAL_MEANINGS[c.regions].format(n=config.interval) for c in (config, as_wired(config, wiring))
+            REGION_MEANINGS[c.regions].format(n=config.interval) for c in (config, as_wired(config, wiring))
         )
         gaps.append(f"{mine}: in this family its gradient_checkpointing_interval checkpoints {theirs}")
     if config.offload_attention and config.checkpoints and not config.offload_attention_in_regions:

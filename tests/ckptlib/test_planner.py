@@ -297,3 +297,14 @@ def test_where_the_trainers_interval_checkpoints_one_block_in_n_that_pattern_is_
     assert per_block == {CheckpointConfig("torch", interval=2, regions="blocks", offload_attention=a) for a in (0, 1)}
     assert not any(c.regions == "blocks" for c in patterns("side"))
     assert set(patterns("side")) < set(patterns("side", "blocks"))
+
+
+def test_a_schedules_phrase_says_what_its_interval_groups_in_the_plan_verbs_words():
+    """One wording per meaning of `regions` (ckptlib.config.REGION_MEANINGS), here and in the plan
+    verb's SimpleTuner gaps."""
+    assert describe(CheckpointConfig("torch", interval=2, stride=4)) == "torch interval 2 stride 4"
+    assert (
+        describe(CheckpointConfig("torch", interval=2, regions="blocks")) == "torch interval 2 (one block in 2, alone)"
+    )
+    each = CheckpointConfig("torch-ffn", interval=3, regions="each")
+    assert describe(each) == "torch-ffn interval 3 (every block alone, whatever the interval)"
