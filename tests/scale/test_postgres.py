@@ -1,12 +1,12 @@
 """PostgreSQL, the results database of the cluster launchers: GiB-sized peaks in its 64-bit columns, a first-round database widened in place, a sweep that outlives a server restart (each skips, saying why, without a server)."""
 
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.postgres import ROOT, rows
 from tests.support.sweeps import FAST, start_sweep
 from tests.sweep.test_store import (
@@ -100,9 +100,7 @@ def test_a_write_waits_for_a_server_that_refuses_new_connections(postgres_url):
 
     engine = store.open_store(postgres_url)
     engine.dispose()
-    with socket.socket() as unused:  # a port nothing listens on: psycopg's connect is refused
-        unused.bind(("127.0.0.1", 0))
-        closed_port = unused.getsockname()[1]
+    closed_port = free_port()  # nothing listens there: psycopg's connect is refused
     refusals = []
 
     @event.listens_for(engine, "do_connect")

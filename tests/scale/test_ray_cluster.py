@@ -6,7 +6,6 @@ tests skip, saying why, where the head cannot start."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.postgres import rows
 from tests.support.sweeps import ROOT, SUPPORT, run_sweep, session_processes, start_sweep
 
@@ -52,12 +52,6 @@ def start_head() -> tuple[str, str, dict, Path]:
 def stop_head(env: dict, folder: Path) -> None:
     subprocess.run([str(SCRIPT), "stop"], env=env, timeout=120, check=True)
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

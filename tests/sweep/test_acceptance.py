@@ -188,19 +188,20 @@ def gpu_session(tmp_path, *args: str, card: str = "NVIDIA H200, 143771 MiB, 570.
 
 
 @pytest.mark.parametrize(
-    "args, refusal",
+    "budget, stages, refusal",
     [
         (
+            "75",
             ["core", "docs", "stduies"],
             "gpu_session.sh: no stage 'stduies' (stages: core, docs, studies); nothing was run",
         ),
-        (["core"], "gpu_session.sh: SECONDS is a whole number of seconds, not '10m'"),
-        ([], "usage: scripts/gpu_session.sh OUT SECONDS core|docs|studies..."),
+        ("10m", ["core"], "gpu_session.sh: SECONDS is a whole number of seconds, not '10m'"),
+        ("75", [], "usage: scripts/gpu_session.sh OUT SECONDS core|docs|studies..."),
     ],
 )
-def test_a_gpu_session_refuses_a_bad_argument_before_its_time_is_spent(tmp_path, args, refusal):
+def test_a_gpu_session_refuses_a_bad_argument_before_its_time_is_spent(tmp_path, budget, stages, refusal):
     """A misspelled last stage is found before the stages ahead of it spend the GPU's minutes."""
-    done = gpu_session(tmp_path, str(tmp_path / "out"), "10m" if "10m" in refusal else "75", *args)
+    done = gpu_session(tmp_path, str(tmp_path / "out"), budget, *stages)
     assert (done.returncode, done.stderr.strip(), done.stdout) == (2, refusal, "")
     assert not (tmp_path / "out").exists() and not (tmp_path / "nvidia-smi-ran").exists()
 
