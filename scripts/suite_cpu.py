@@ -6,6 +6,7 @@ scripts/suite_cpu_plugin.py names the test in their environment).
 
     python scripts/suite_cpu.py                       # .venv/bin/pytest
     python scripts/suite_cpu.py .venv/bin/pytest tests/scale
+    CKPT_SUITE_CPU_RAW=processes.json python scripts/suite_cpu.py   # and every process seen, as JSON
 
 Linux only. A process is seen from its first sample on, so one shorter than a quarter second may be
 missed; the kernel's own threads and processes started before the command are left out.
@@ -27,6 +28,7 @@ from pathlib import Path
 from suite_cpu_plugin import LOG_VARIABLE, TEST_VARIABLE
 
 TICK = os.sysconf("SC_CLK_TCK")
+RAW_VARIABLE = "CKPT_SUITE_CPU_RAW"  # where to write every process seen, as JSON (pid, cpu_s, command, parent, test)
 SAMPLE_S = 0.25
 # (kind, pattern on the command line), first match wins
 KINDS = [
@@ -103,7 +105,7 @@ def main(argv: list[str]) -> int:
     stop.set()
     sampler.join()
     commands = {pid: command for (pid, _), (_, command, _, _) in seen.items()}
-    totals, counts = collections.Counter(), collections.Counter()
+    totals, counts, others = collections.Counter(), collections.Counter(), collections.Counter()
     by_test = collections.Counter()  # the worker's own CPU in each test, then what it started
     for line in log.read_text().splitlines():
         record = json.loads(line)
@@ -114,13 +116,24 @@ def main(argv: list[str]) -> int:
             continue
         name = kind(command, commands.get(parent, ""))
         totals[name] += cpu
+        if name == "other":
+            others[command] += cpu
         counts[name] += 1
         if test and name != "test workers":
             by_test[test] += cpu
+    if raw := os.environ.get(RAW_VARIABLE):
+        rows = [
+            {"pid": pid, "cpu_s": cpu, "command": command, "parent": commands.get(parent, ""), "test": test}
+            for (pid, _), (cpu, command, parent, test) in seen.items()
+            if pid not in before and command
+        ]
+        Path(raw).write_text(json.dumps(rows))
     print(f"\nwall {wall:.1f} s, exit {code}; CPU-s by kind of process (processes):")
     for name, cpu in totals.most_common():
         print(f"  {cpu:8.1f}  {counts[name]:5d}  {name}")
     print(f"  {sum(totals.values()):8.1f}         in all")
+    print("CPU-s of the other processes, by command line:")
+    print_top(others, lambda command: command[:120], 8)
     if by_test:
         print("CPU-s by test file (the worker's own in its tests, and every process they started):")
         print_top(by_test, lambda test: test.split("::")[0], 15)
