@@ -1,5 +1,5 @@
-"""`ckpt-sweep VERB ...`: run (the Hydra multirun), report, import, runs, export, diff, advise, plan,
-new-family."""
+"""`ckpt-sweep VERB ...`: run (the Hydra multirun), report, import, runs, export, merge, rm, diff, advise,
+plan, new-family."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ verbs:
   runs                       the recorded runs: id, name, hardware, provenance, cells, date
   export [--format csv|json] the cells of some or all runs, with their run, for other tools
   merge SOURCE [--runs ID..] copy runs recorded elsewhere (a GPU pod's results.db) into this database
+  rm ID [ID ...] [--yes]     delete runs with their cells (a trial run, one recorded under an old meaning)
   diff A B [--fail-on ...]   two runs (id or hardware label) cell by cell; --fail-on gates a CI job
   advise --family F --vram 48GiB [--hardware H] [--tokens N | --preset P]
                              which mode to use on that card
@@ -163,6 +164,30 @@ def merge(args: list[str]) -> None:
         )
     if not merged:
         print("the source holds no runs")
+
+
+def remove(args: list[str]) -> None:
+    parser = _parser("rm", "Delete runs with their cells, step samples and claims, in one transaction.")
+    parser.add_argument("ids", nargs="+", type=int, metavar="ID", help="run ids, as `ckpt-sweep runs` lists them")
+    parser.add_argument("--yes", action="store_true", help="do not ask (needed where standard input is no terminal)")
+    options = parser.parse_args(args)
+    from sweep.store.database import remove_runs
+
+    engine, ids = _engine(options.db), list(dict.fromkeys(options.ids))
+    try:
+        for run in remove_runs(engine, ids, delete_them=False):
+            print(f"run {run.id}: {run.name} ({run.hardware}, {run.provenance}), {run.cells} cell attempt(s)")
+        if not options.yes:
+            if not sys.stdin.isatty():
+                sys.exit("ckpt-sweep: nothing removed: pass --yes to remove runs without a terminal to confirm on")
+            question = "remove this run" if len(ids) == 1 else f"remove these {len(ids)} runs"
+            if input(f"{question}? [y/N] ").strip().lower() not in ("y", "yes"):
+                sys.exit("ckpt-sweep: nothing removed")
+        removed = remove_runs(engine, ids)
+    except ValueError as error:
+        sys.exit(f"ckpt-sweep: nothing removed: {error}")
+    for run in removed:
+        print(f"removed run {run.id}: {run.cells} cell attempt(s), {run.samples} step sample(s)")
 
 
 def diff(args: list[str]) -> None:
@@ -421,6 +446,7 @@ VERBS = {
     "runs": runs_verb,
     "export": export,
     "merge": merge,
+    "rm": remove,
     "diff": diff,
     "advise": advise_verb,
     "plan": plan_verb,

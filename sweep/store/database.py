@@ -461,6 +461,52 @@ def replace_runs(engine: Engine, runs: list[dict]) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True)
+class RemovedRun:
+    id: int
+    name: str
+    hardware: str
+    provenance: str
+    cells: int  # every attempt
+    samples: int
+
+
+def remove_runs(engine: Engine, run_ids: list[int], delete_them: bool = True) -> list[RemovedRun]:
+    """Delete whole runs (their cells, step samples and claims) in one transaction, and say what went
+    (`delete_them=False`: what would go); ValueError, with nothing deleted, for an id no run has or a
+    run whose cell some writer is measuring now."""
+
+    def write() -> list[RemovedRun]:
+        with Session(engine) as session, session.begin():
+            runs = {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(run_ids)))}
+            if missing := [i for i in run_ids if i not in runs]:
+                raise ValueError(f"no run {', '.join(map(str, missing))} here (`ckpt-sweep runs` lists them)")
+            moment = now()
+            claims = session.scalars(select(Claim).where(Claim.run_id.in_(run_ids)))
+            if live := [c for c in claims if not _gone(c, moment)]:
+                claim = live[0]
+                raise ValueError(
+                    f"run {claim.run_id} has a cell being measured now (by {claim.owner}): stop that sweep first"
+                )
+            of_runs = CellRow.run_id.in_(run_ids)
+            per_run = (CellRow.run_id, func.count())
+            counted = dict(session.execute(select(*per_run).where(of_runs).group_by(CellRow.run_id)).all())
+            samples = dict(session.execute(select(*per_run).join(Sample).where(of_runs).group_by(CellRow.run_id)).all())
+            removed = [
+                RemovedRun(i, runs[i].name, runs[i].hardware, runs[i].provenance, counted.get(i, 0), samples.get(i, 0))
+                for i in run_ids
+            ]
+            if not delete_them:
+                return removed
+            session.execute(delete(Sample).where(Sample.cell_id.in_(select(CellRow.id).where(of_runs))))
+            session.execute(delete(CellRow).where(of_runs))
+            session.execute(delete(Claim).where(Claim.run_id.in_(run_ids)))
+            session.execute(delete(Run).where(Run.id.in_(run_ids)))
+            return removed
+
+    return reconnecting(engine, write)
+
+
 def _cell_row(
     cell: dict,
     key: str,

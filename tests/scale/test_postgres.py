@@ -15,6 +15,7 @@ from tests.sweep.test_store import (
     claims_hold_one_writer_per_cell,
     first_round_database,
     merges_a_pods_runs_once_keeping_the_latest_attempt_current,
+    removes_whole_runs_and_nothing_else,
     round_trip,
 )
 
@@ -48,6 +49,10 @@ def test_postgres_claims_hold_one_writer_per_cell(postgres_url):
 def test_a_pods_sqlite_runs_merge_into_postgres_once_at_80_gib(postgres_url, tmp_path):
     merges_a_pods_runs_once_keeping_the_latest_attempt_current(postgres_url, tmp_path)
     assert rows(postgres_url, "select max(peak_bytes) from cells") == [(80 * GIB,)]
+
+
+def test_removing_runs_from_postgres_takes_them_whole_and_leaves_the_rest_at_80_gib(postgres_url):
+    removes_whole_runs_and_nothing_else(postgres_url)
 
 
 def test_a_first_round_postgres_database_is_widened_in_place(postgres_url):

@@ -2,9 +2,11 @@
 databases (SQLite and PostgreSQL, in place), attempts kept, reconnects across a server restart,
 and files that cannot be used refused in one line with nothing written."""
 
+import io
 import socket
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -342,6 +344,77 @@ def merges_a_pods_runs_once_keeping_the_latest_attempt_current(target_url: str, 
     assert samples == [2, 2, 2, 2] and environment == {"hardware": "H200", "torch": "2.11"}
     pod.dispose()
     home.dispose()
+
+
+def removes_whole_runs_and_nothing_else(url: str) -> None:
+    """`ckpt-sweep rm`: the runs named go whole (every attempt, its step samples, a claim its writer
+    left) in one transaction; another run keeps every row; an unknown id, or a run whose cell a
+    writer is measuring now, removes nothing, in one line; without a terminal it asks for --yes."""
+    engine = store.open_store(url)
+    old = store.get_or_create_run(engine, "families-tiny", "CPU: AMD EPYC")
+    for attempt in range(2):  # two attempts of one cell
+        store.record_cell(engine, old, CELL, "k1", big_result(sec_per_step=1.0 + attempt))
+    store.record_cell(engine, old, {**CELL, "mode": "none"}, "k2", big_result())
+    store.claim_cell(engine, old, "k3", 60, owner="gone-host:1")
+    store.release_claim(engine, old, "k3", owner="gone-host:1")
+    store.claim_cell(engine, old, "k3", -1, owner="gone-host:1")  # expired: its writer stopped
+    kept = store.get_or_create_run(engine, "packed-latents", "H200")
+    store.record_cell(engine, kept, CELL, "k1", big_result())
+    counts = "select (select count(*) from runs), (select count(*) from cells), (select count(*) from samples)"
+    before = rows_of(engine, counts)
+    assert before == [(2, 4, 8)]
+
+    refused = run_cli(["rm", str(old), "999", "--yes", "--db", url])
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        "ckpt-sweep: nothing removed: no run 999 here (`ckpt-sweep runs` lists them)"
+    ]
+    unconfirmed = run_cli(["rm", str(old), "--db", url])  # pytest's stdin is no terminal
+    assert unconfirmed.returncode == 1 and "pass --yes" in unconfirmed.stderr
+    assert f"run {old}: families-tiny (CPU: AMD EPYC, measured), 3 cell attempt(s)" in unconfirmed.stdout
+    store.claim_cell(engine, old, "k4", 600)  # this process measures a cell of it now
+    busy = run_cli(["rm", str(old), "--yes", "--db", url])
+    assert busy.returncode == 1 and f"run {old} has a cell being measured now (by {store.writer()})" in busy.stderr
+    assert rows_of(engine, counts) == before
+    store.release_claim(engine, old, "k4")
+
+    removed = run_cli(["rm", str(old), str(old), "--yes", "--db", url])
+    assert removed.returncode == 0, removed.stderr
+    assert f"removed run {old}: 3 cell attempt(s), 6 step sample(s)" in removed.stdout
+    assert rows_of(engine, counts) == [(1, 1, 2)]
+    assert rows_of(engine, "select count(*) from claims") == [(0,)]
+    [cell] = load_cells(engine, select_runs(engine)).to_dict("records")
+    assert (cell["run_id"], cell["peak_bytes"]) == (kept, 80 * GIB)
+    engine.dispose()
+
+
+def rows_of(engine, query: str) -> list[tuple]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(query))]
+
+
+def test_removing_runs_takes_them_whole_and_leaves_the_rest_at_80_gib(tmp_path):
+    removes_whole_runs_and_nothing_else(f"sqlite:///{tmp_path / 'results.db'}")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_removing_asks_on_a_terminal_and_an_answer_other_than_yes_keeps_the_run(tmp_path, monkeypatch):
+    db = tmp_path / "results.db"
+    engine = store.open_store(str(db))
+    run = store.get_or_create_run(engine, "trial", "CPU")
+    store.record_cell(engine, run, CELL, "k1", big_result())
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    asked = []
+    for answer, code in (("n", 1), ("", 1), ("y", 0)):
+        monkeypatch.setattr("builtins.input", lambda question, answer=answer: asked.append(question) or answer)
+        done = run_cli(["rm", str(run), "--db", str(db)])
+        assert done.returncode == code, done.stderr
+        assert rows_of(engine, "select count(*) from runs") == [(int(code == 1),)]
+    assert asked == ["remove this run? [y/N] "] * 3
+    engine.dispose()
 
 
 def test_merging_a_pods_sqlite_database_is_idempotent_at_80_gib(tmp_path):
