@@ -29,7 +29,7 @@ from sweep.store.results import CellResult
 from sweep.vocabulary import FROM_TEXT, TEXT, Status
 
 from .published import BUNDLED, published_run
-from .text import parse_tables
+from .text import NOT_RUN, parse_tables
 
 SOURCE = BUNDLED / "simpletuner-families.md"
 BASELINE = "layer"  # the mode every delta is taken from: the one every family's table has
@@ -42,7 +42,11 @@ NOT_APPLIED_GIB = 0.02
 GPUS = {"H100": ("H100 80GB", "cuda"), "L40S": ("L40S", "cuda-pre-hopper")}
 PREDICTED_ON = "cuda"  # one prediction per cell; another GPU's peak differs only by its workspace
 LORA_DROPOUT = 0.1  # SimpleTuner's default (its lora section's field registry); no example sets another
-STATUSES = ("OOM", "failed", "unsupported", "not run", "not measured")  # "OOM (40.11 GiB)" is an OOM
+# A published cell is a figure or the docs' word for why there is none (its status as the table says it);
+# "OOM (40.11 GiB)" is an OOM.
+PUBLISHED_OK, PUBLISHED_OOM = TEXT[Status.OK], TEXT[Status.OOM]
+NOT_MEASURED = "not measured"  # the docs' word for a cell their run could not measure
+NO_FIGURE = (*FROM_TEXT, NOT_RUN, NOT_MEASURED)
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,7 @@ class PublishedCell:
     precision: str
     mode: str
     gpu: str  # a column of the table: H100, L40S
-    status: str  # ok, or one of STATUSES
+    status: str  # PUBLISHED_OK, or one of NO_FIGURE
     peak_bytes: int | None = None
     seconds: float | None = None
 
@@ -232,11 +236,11 @@ class Table:
 
 
 def _cell(heading: str, precision: str, mode: str, gpu: str, text: str) -> PublishedCell:
-    status = next((s for s in STATUSES if text.startswith(s)), None)
+    status = next((s for s in NO_FIGURE if text.startswith(s)), None)
     if status is not None:
         return PublishedCell(heading, precision, mode, gpu, status)
     seconds, peak = (part.strip() for part in text.split("/"))
-    return PublishedCell(heading, precision, mode, gpu, "ok", round(float(peak) * GIB), float(seconds))
+    return PublishedCell(heading, precision, mode, gpu, PUBLISHED_OK, round(float(peak) * GIB), float(seconds))
 
 
 EAGER_COLUMN = " no-compile"  # a control table's GPU columns: the same modes measured without compilation
@@ -302,7 +306,7 @@ def family_runs() -> list[dict]:
         wiring = all_families()[table.family].wiring
         for published in table.cells:
             quantization = QUANTIZATION_OF_ROW.get(published.precision)
-            recorded = published.status == TEXT[Status.OK] or published.status in FROM_TEXT
+            recorded = published.status == PUBLISHED_OK or published.status in FROM_TEXT
             if quantization is None or not recorded or published.mode not in MODES:
                 continue
             cell = {
@@ -413,8 +417,8 @@ def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparis
         guess = predicted.get(mode)
         guess_text = _gib(peak_on(guess, gpu)) if isinstance(guess, int) else (guess or "not predicted")
         delta, verdict = ["", "", ""], ""
-        if cell.status == "ok" and isinstance(guess, int) and mode != BASELINE:
-            if base is not None and base.status == "ok" and isinstance(base_guess, int):
+        if cell.status == PUBLISHED_OK and isinstance(guess, int) and mode != BASELINE:
+            if base is not None and base.status == PUBLISHED_OK and isinstance(base_guess, int):
                 published = cell.peak_bytes - base.peak_bytes
                 difference = (guess - base_guess) - published
                 delta = [f"{value / GIB:+.2f}" for value in (published, guess - base_guess, difference)]
@@ -429,7 +433,7 @@ def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparis
                     result.deltas += 1
                     verdict = "off"
                     result.misses.append((mode, difference))
-        elif cell.status == "OOM" and isinstance(guess, int):
+        elif cell.status == PUBLISHED_OOM and isinstance(guess, int):
             needs = peak_on(guess, gpu) + context
             predicted_oom = needs > card
             verdict = (
@@ -437,7 +441,7 @@ def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparis
                 if predicted_oom
                 else f"OOM not predicted: {_gib(needs)} with context on a {_gib(card)} card"
             )
-            if base is not None and base.status == "OOM":
+            if base is not None and base.status == PUBLISHED_OOM:
                 result.ooms_beside_layers += 1
                 verdict += f"; {BASELINE} ran out too: not counted"
             else:
@@ -445,7 +449,7 @@ def compare(table: Table, gpu: str, predicted: dict[str, int | str]) -> Comparis
                 result.ooms_predicted += predicted_oom
                 if not predicted_oom:
                     result.ooms_missed.append(mode)
-        published_text = _gib(cell.peak_bytes) if cell.status == "ok" else cell.status
+        published_text = _gib(cell.peak_bytes) if cell.status == PUBLISHED_OK else cell.status
         result.rows.append("| " + " | ".join([mode, published_text, guess_text, *delta, verdict]) + " |")
     return result
 
