@@ -61,7 +61,7 @@ def redrawn(draw):
 def _stable(value) -> str:
     """Everything a figure is drawn from, as text (a frame's repr elides rows)."""
     if isinstance(value, pd.DataFrame):
-        return value.to_csv()
+        return value.to_csv(index=False)  # the rows, not where they sat in the frame they were cut from
     if dataclasses.is_dataclass(value):
         return repr([(f.name, _stable(getattr(value, f.name))) for f in dataclasses.fields(value)])
     return repr(value)

@@ -662,7 +662,7 @@ def test_a_single_token_count_and_shared_settings_are_in_the_title(tmp_path):
 
 def test_a_figure_is_drawn_again_only_when_what_it_shows_changed(tmp_path, monkeypatch):
     """Regenerating the reports redraws the figures whose data, title or drawing code changed (a
-    fingerprint in the PNG), and none of the others."""
+    fingerprint in the PNG), and none of the others: not those whose rows only moved in the frame."""
     from sweep.report import plots
 
     drawn = []
@@ -681,6 +681,9 @@ def test_a_figure_is_drawn_again_only_when_what_it_shows_changed(tmp_path, monke
     assert len(drawn) == 3
     monkeypatch.setattr(plots, "_CODE", "edited")
     plots.tradeoff_plot(points, "flux1 dev on L40S", path)
+    assert len(drawn) == 4
+    # the same rows at other places in the frame they were cut from (an earlier run removed)
+    plots.tradeoff_plot(points.set_axis([40, 41]), "flux1 dev on L40S", path)
     assert len(drawn) == 4
     path.write_bytes(b"not a png")  # a file that is not one of ours is drawn over
     plots.tradeoff_plot(points, "flux1 dev on L40S", path)
