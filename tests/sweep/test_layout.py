@@ -149,3 +149,21 @@ def test_the_verbs_that_read_results_import_no_torch():
     assert "use: none (no checkpointing)" in done.stdout  # advise read the cells and chose
     assert "unknown card 'TPU v5'" in done.stdout
     assert done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_the_readmes_layout_names_every_module_of_ckptlib_and_every_folder_of_sweep():
+    """README's Layout is the tree as it is: ckptlib's modules and packages, sweep's stage folders
+    and top-level modules, each named in it."""
+    text = (ROOT / "README.md").read_text()
+    layout = text[text.index("## Layout") :]
+    layout = layout[: layout.index("\n## ", 1)] if "\n## " in layout[1:] else layout
+    named = set(layout.replace("/", " ").replace("`", " ").split())
+    ckptlib = [p.stem for p in (ROOT / "ckptlib").iterdir() if p.suffix == ".py" and p.stem != "__init__"]
+    ckptlib += [p.name for p in (ROOT / "ckptlib").iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    sweep = [p.name for p in (ROOT / "sweep").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    sweep += [p.stem for p in (ROOT / "sweep").iterdir() if p.suffix == ".py" and p.stem != "__init__"]
+    missing = sorted(
+        {f"ckptlib/{m}" for m in ckptlib if f"{m}.py" not in named and m not in named}
+        | {f"sweep/{m}" for m in sweep if f"{m}.py" not in named and m not in named}
+    )
+    assert not missing, f"README's Layout does not name {missing}"
