@@ -180,14 +180,22 @@ def remove(args: list[str]) -> None:
         if not options.yes:
             if not sys.stdin.isatty():
                 sys.exit("ckpt-sweep: nothing removed: pass --yes to remove runs without a terminal to confirm on")
-            question = "remove this run" if len(ids) == 1 else f"remove these {len(ids)} runs"
-            if input(f"{question}? [y/N] ").strip().lower() not in ("y", "yes"):
+            if not _confirmed("remove this run" if len(ids) == 1 else f"remove these {len(ids)} runs"):
                 sys.exit("ckpt-sweep: nothing removed")
         removed = remove_runs(engine, ids)
     except ValueError as error:
         sys.exit(f"ckpt-sweep: nothing removed: {error}")
     for run in removed:
         print(f"removed run {run.id}: {run.cells} cell attempt(s), {run.samples} step sample(s)")
+
+
+def _confirmed(question: str) -> bool:
+    """The user's yes on the terminal; anything else (Enter, Ctrl-D, Ctrl-C) is a no."""
+    try:
+        return input(f"{question}? [y/N] ").strip().lower() in ("y", "yes")
+    except (EOFError, KeyboardInterrupt):
+        print()
+        return False
 
 
 def diff(args: list[str]) -> None:

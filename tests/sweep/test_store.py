@@ -408,12 +408,22 @@ def test_removing_asks_on_a_terminal_and_an_answer_other_than_yes_keeps_the_run(
     store.record_cell(engine, run, CELL, "k1", big_result())
     monkeypatch.setattr(sys, "stdin", Terminal())
     asked = []
-    for answer, code in (("n", 1), ("", 1), ("y", 0)):
-        monkeypatch.setattr("builtins.input", lambda question, answer=answer: asked.append(question) or answer)
+
+    def answering(answer):
+        def ask(question):
+            asked.append(question)
+            if isinstance(answer, type):
+                raise answer
+            return answer
+
+        return ask
+
+    for answer, code in (("n", 1), ("", 1), (EOFError, 1), (KeyboardInterrupt, 1), ("y", 0)):
+        monkeypatch.setattr("builtins.input", answering(answer))
         done = run_cli(["rm", str(run), "--db", str(db)])
         assert done.returncode == code, done.stderr
         assert rows_of(engine, "select count(*) from runs") == [(int(code == 1),)]
-    assert asked == ["remove this run? [y/N] "] * 3
+    assert asked == ["remove this run? [y/N] "] * 5
     engine.dispose()
 
 
