@@ -211,7 +211,9 @@ def legend(cells: pd.DataFrame, unit: str, texts: list[str]) -> str:
         (NOT_RUN, "`not run`: not in this sweep"),
     ]
     shown = [words for mark, words in marks if any(mark in t or (mark == "] " and t.endswith("]")) for t in texts)]
-    return f"Each cell: {what}, or a status." + (" " + "; ".join(shown) + "." if shown else "")
+    figures = pd.concat([cells["peak_bytes"], cells["predicted_bytes"]]).notna().any()
+    head = f"Each cell: {what}, or a status." if figures else "Each cell: a status (no cell ran to a figure)."
+    return head + (" " + "; ".join(shown) + "." if shown else "")
 
 
 def shape_groups(cells: pd.DataFrame):

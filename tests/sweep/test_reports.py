@@ -493,8 +493,9 @@ def test_tokens_print_as_whole_numbers(engine, tmp_path):
 
 
 def test_reports_read_as_a_person_would_and_remove_only_their_own_stale_files(engine, tmp_path):
-    """A CPU table of small peaks in MiB with its precision spelled out and a legend; the published
-    tables untouched in GiB; a page that is no longer generated removed, a file of your own kept."""
+    """A CPU table of small peaks in MiB with its precision spelled out and a legend (one with no
+    figure names no unit); the published tables untouched in GiB; a page that is no longer generated
+    removed, a file of your own kept."""
     from sweep.config.cell import Cell
     from sweep.store import database as store
     from sweep.store.results import CellResult
@@ -517,6 +518,11 @@ def test_reports_read_as_a_person_would_and_remove_only_their_own_stale_files(en
     assert "| fp32        | 0.0100s / 3.00 MiB | 0.0200s / 2.00 MiB ! |" in page
     assert "peak MiB of live tensors on the CPU" in page and "`!` the host was busy" in page
     assert "GiB as the docs published them" in (out / "synthetic.md").read_text()
+    unsupported = store.get_or_create_run(engine, "unbuilt", "CPU: Test", device="cpu")
+    cell = Cell(family="sd3", builder="ckptlib.families.builders.sd3", preset="tiny", mode="none", backend="none")
+    store.record_cell(engine, unsupported, cell.as_dict(), cell.key, CellResult("unsupported", reason="no class"))
+    write_reports(engine, out, with_plots=False)
+    assert "Each cell: a status (no cell ran to a figure). `[n]` the reason" in (out / "sd3.md").read_text()
     (out / "notes.md").write_text("mine")
     write_reports(engine, out, selectors=["H100 80GB", "L40S"], with_plots=False)
     assert not (out / "flux1.md").exists() and (out / "notes.md").read_text() == "mine"
