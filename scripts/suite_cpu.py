@@ -6,7 +6,7 @@ scripts/suite_cpu_plugin.py names the test in their environment).
 
     python scripts/suite_cpu.py                       # .venv/bin/pytest
     python scripts/suite_cpu.py .venv/bin/pytest tests/scale
-    CKPT_SUITE_CPU_RAW=processes.json python scripts/suite_cpu.py   # and every process seen, as JSON
+    CKPT_SUITE_CPU_RAW=raw.json python scripts/suite_cpu.py   # and every process and test seen, as JSON
 
 Linux only. A process is seen from its first sample on, so one shorter than a quarter second may be
 missed; the kernel's own threads and processes started before the command are left out.
@@ -28,7 +28,9 @@ from pathlib import Path
 from suite_cpu_plugin import LOG_VARIABLE, TEST_VARIABLE
 
 TICK = os.sysconf("SC_CLK_TCK")
-RAW_VARIABLE = "CKPT_SUITE_CPU_RAW"  # where to write every process seen, as JSON (pid, cpu_s, command, parent, test)
+# where to write what was seen, as JSON: every process (pid, cpu_s, command, parent, test), every test
+# (test, cpu_s, worker, start, end) and the machine's busy cores at each sample (time, busy)
+RAW_VARIABLE = "CKPT_SUITE_CPU_RAW"
 SAMPLE_S = 0.25
 # (kind, pattern on the command line), first match wins
 KINDS = [
@@ -43,9 +45,22 @@ KINDS = [
 ]
 
 
-def sample(seen: dict, stop: threading.Event) -> None:
-    """(pid, start tick) -> [cpu seconds, command line, parent pid], until `stop`."""
+def busy_seconds() -> float:
+    """CPU-seconds the machine has spent outside idle and iowait since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / TICK
+
+
+def sample(seen: dict, busy: list, stop: threading.Event) -> None:
+    """(pid, start tick) -> [cpu seconds, command line, parent pid], and (time, busy cores since the
+    last sample) onto `busy`, until `stop`."""
+    last = (time.time(), busy_seconds())
     while not stop.is_set():
+        now = (time.time(), busy_seconds())
+        if now[0] > last[0]:
+            busy.append((now[0], (now[1] - last[1]) / (now[0] - last[0])))
+        last = now
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/stat") as f:
@@ -87,6 +102,17 @@ def print_top(cpu_by_test: collections.Counter, group, count: int) -> None:
         print(f"  {cpu:8.1f}  {name}")
 
 
+def print_busy(busy: list, started: float, wall: float, parts: int = 10) -> None:
+    """How many cores were busy on average in each tenth of the run: an idle tail shows here."""
+    sums, counts = [0.0] * parts, [0] * parts
+    for at, cores in busy:
+        part = min(parts - 1, max(0, int((at - started) / wall * parts)))
+        sums[part] += cores
+        counts[part] += 1
+    means = (f"{s / c:.2f}" if c else "-" for s, c in zip(sums, counts))
+    print(f"busy cores in each tenth of the run (of {os.cpu_count()}): " + " ".join(means))
+
+
 def main(argv: list[str]) -> int:
     argv = argv or [".venv/bin/pytest"]
     log = Path(tempfile.mkstemp(prefix="suite-cpu-", suffix=".jsonl")[1])
@@ -96,19 +122,20 @@ def main(argv: list[str]) -> int:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")]))
     before = {int(p) for p in os.listdir("/proc") if p.isdigit()}
     seen: dict = {}
+    busy: list = []
     stop = threading.Event()
-    sampler = threading.Thread(target=sample, args=(seen, stop), daemon=True)
+    sampler = threading.Thread(target=sample, args=(seen, busy, stop), daemon=True)
     sampler.start()
-    started = time.perf_counter()
+    started = time.time()
     code = subprocess.call(argv, env=env)
-    wall = time.perf_counter() - started
+    wall = time.time() - started
     stop.set()
     sampler.join()
     commands = {pid: command for (pid, _), (_, command, _, _) in seen.items()}
     totals, counts, others = collections.Counter(), collections.Counter(), collections.Counter()
     by_test = collections.Counter()  # the worker's own CPU in each test, then what it started
-    for line in log.read_text().splitlines():
-        record = json.loads(line)
+    tests = [json.loads(line) for line in log.read_text().splitlines()]
+    for record in tests:
         by_test[record["test"]] += record["cpu_s"]
     log.unlink()
     for (pid, _), (cpu, command, parent, test) in seen.items():
@@ -127,13 +154,14 @@ def main(argv: list[str]) -> int:
             for (pid, _), (cpu, command, parent, test) in seen.items()
             if pid not in before and command
         ]
-        Path(raw).write_text(json.dumps(rows))
+        Path(raw).write_text(json.dumps({"processes": rows, "tests": tests, "busy": busy}))
     print(f"\nwall {wall:.1f} s, exit {code}; CPU-s by kind of process (processes):")
     for name, cpu in totals.most_common():
         print(f"  {cpu:8.1f}  {counts[name]:5d}  {name}")
     print(f"  {sum(totals.values()):8.1f}         in all")
     print("CPU-s of the other processes, by command line:")
     print_top(others, lambda command: command[:120], 8)
+    print_busy(busy, started, wall)
     if by_test:
         print("CPU-s by test file (the worker's own in its tests, and every process they started):")
         print_top(by_test, lambda test: test.split("::")[0], 15)
