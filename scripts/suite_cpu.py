@@ -88,10 +88,20 @@ def started_in(pid: str) -> str:
     return found[0][len(prefix) :].decode(errors="replace") if found else ""
 
 
+# A forked child keeps its parent's command line: (its kind, its parent's kind) -> what it is
+FORKED = {
+    ("fork servers", "fork servers"): "cells",
+    ("fork servers", "test workers"): "test workers' fork servers",
+    ("test workers", "test workers"): "test workers' forks (process pools)",
+}
+
+
 def kind(command: str, parent: str) -> str:
-    if "multiprocessing.forkserver import main" in command and "multiprocessing.forkserver" in parent:
-        return "cells"  # a fork server's child keeps its command line
-    return next((name for name, pattern in KINDS if re.search(pattern, command)), "other")
+    def matched(line: str) -> str:
+        return next((name for name, pattern in KINDS if re.search(pattern, line)), "other")
+
+    own = matched(command)
+    return FORKED.get((own, matched(parent)), own)
 
 
 def print_top(cpu_by_test: collections.Counter, group, count: int) -> None:
