@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from .common import randn, timestep
 from .family import Family, Preset
 from .geometry import FamilyShape, Latents
@@ -12,6 +10,8 @@ from .geometry import FamilyShape, Latents
 def ace_step_inputs(config, shape, device, dtype, g):
     """Audio latents as a 1-D sequence (frames play the role of length), concatenated by the model
     with the context latents along channels."""
+    import torch
+
     b, length = shape.batch, shape.frames
     acoustic = config.audio_acoustic_hidden_dim
     return {

@@ -3,10 +3,7 @@ lists, latent geometries, and the random inputs every input maker draws from."""
 
 from __future__ import annotations
 
-import torch
-
 from ..spec import CallConvention
-from ..workload import random_normal
 from .geometry import FamilyShape, Latents
 
 PACKED = Latents(spatial=16)  # inputs come packed 2x2 at the VAE's /8: one token per 16x16 pixels
@@ -21,16 +18,22 @@ TINY_VIDEO = FamilyShape(height=32, width=32, frames=5, batch=2, text_tokens=8)
 
 
 def randn(generator, device, dtype, *shape):
+    from ..workload import random_normal
+
     return random_normal(shape, device, dtype, generator)
 
 
 def timestep(batch, device, scale: float, generator):
     """Flow-matching times in the family's scale (1000 for most, 1 for t/1000 families)."""
+    import torch
+
     return torch.rand(batch, generator=generator, device=device) * scale
 
 
 def grid_ids(h, w, axes, device, leading=0):
     """Position ids (h*w, axes): column 0 (or the time axis) zero, then row and column indices."""
+    import torch
+
     ids = torch.zeros(h, w, axes, device=device)
     ids[..., leading + 1] = torch.arange(h, device=device)[:, None]
     ids[..., leading + 2] = torch.arange(w, device=device)[None, :]

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from ..modes import OWN_WIRING, WIRINGS, Wiring
 from ..spec import BlockSpec, CallConvention, FeedForwardSide, UnsupportedModeError
 from .geometry import FamilyShape, Latents, constructor_config
-from .materialize import build_on_meta
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
 
@@ -25,7 +25,7 @@ class Preset:
     params_b: float | None = None  # published size in billions (checked on meta)
 
 
-InputMaker = Callable[[Any, FamilyShape, torch.device, torch.dtype, torch.Generator], dict]
+InputMaker = Callable[[Any, FamilyShape, "torch.device", "torch.dtype", "torch.Generator"], dict]
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,8 @@ class Family:
     def build_meta(self, preset: str, buffers_on_meta: bool = False) -> nn.Module:
         """The preset's model with meta parameters (materialize gives them a device); its buffers
         real, or meta too (`buffers_on_meta`: a model that stays on meta)."""
+        from .materialize import build_on_meta
+
         cls = self.model_class()
         if self.setup is not None:
             self.setup()

@@ -13,12 +13,17 @@ input and the modulated MLP input stay saved outside, one more hidden state per 
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..spec import FeedForwardSide
 
+if TYPE_CHECKING:
+    import torch
+
 
 def _clip_fp16(hidden_states: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return hidden_states.clip(-65504, 65504) if hidden_states.dtype == torch.float16 else hidden_states
 
 
@@ -79,6 +84,8 @@ def _chroma_double(
 # Flux and Chroma single-stream blocks: the MLP path (proj_mlp, GELU, the concat with attention,
 # proj_out, gate, residual); the pre-norm it shares with attention stays outside.
 def _single_stream_side(block, residual, norm_hidden, attn_output, gate):
+    import torch
+
     mlp_hidden = block.act_mlp(block.proj_mlp(norm_hidden))
     hidden = gate.unsqueeze(1) * block.proj_out(torch.cat([attn_output, mlp_hidden], dim=2))
     return _clip_fp16(residual + hidden)
@@ -93,6 +100,8 @@ def _single_stream(block, run_side, hidden, temb, attention_kwargs):
 def _flux_single(
     block, run_side, hidden_states, encoder_hidden_states, temb, image_rotary_emb=None, joint_attention_kwargs=None
 ):
+    import torch
+
     text_tokens = encoder_hidden_states.shape[1]
     joint = torch.cat([encoder_hidden_states, hidden_states], dim=1)
     kwargs = _attention_kwargs(image_rotary_emb, joint_attention_kwargs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from ..spec import FIRST_ARG
 from .common import ENCODER_HIDDEN, HIDDEN, IMAGE_1024, PACKED, PATCHED, TINY_IMAGE, grid_ids, randn, timestep
 from .family import Family, Preset
@@ -12,6 +10,8 @@ from .geometry import FamilyShape
 
 
 def flux_inputs(config, shape, device, dtype, g, guidance=None, pooled=True):
+    import torch
+
     h, w = shape.height // 16, shape.width // 16  # VAE /8, packed 2x2
     b = shape.batch
     ids = torch.zeros(h, w, 3, device=device)
@@ -36,6 +36,8 @@ def chroma_inputs(config, shape, device, dtype, g):
 
 
 def flux2_inputs(config, shape, device, dtype, g):
+    import torch
+
     h, w, b = shape.height // 16, shape.width // 16, shape.batch
     img_ids = torch.zeros(h, w, 4, device=device)
     img_ids[..., 1] = torch.arange(h, device=device)[:, None]
@@ -55,6 +57,8 @@ def flux2_inputs(config, shape, device, dtype, g):
 
 
 def flux3_inputs(config, shape, device, dtype, g):
+    import torch
+
     h, w, b = shape.height // 16, shape.width // 16, shape.batch
     txt_ids = torch.zeros(shape.text_tokens, 4, device=device)
     txt_ids[:, 3] = torch.arange(shape.text_tokens, device=device)
@@ -68,6 +72,8 @@ def flux3_inputs(config, shape, device, dtype, g):
 
 
 def krea2_inputs(config, shape, device, dtype, g):
+    import torch
+
     h, w, b, t = shape.height // 16, shape.width // 16, shape.batch, shape.text_tokens
     text_ids = torch.zeros(t, 3, device=device)
     text_ids[:, 0] = torch.arange(t, device=device)

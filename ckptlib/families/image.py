@@ -3,8 +3,6 @@ inputs), Lumina2, Z-Image, Qwen Image, OmniGen, ERNIE, Ideogram."""
 
 from __future__ import annotations
 
-import torch
-
 from ..spec import FIRST_ARG
 from .common import ENCODER_HIDDEN, HIDDEN, PACKED, PATCHED, TINY_IMAGE, grid_ids, randn, timestep
 from .family import Family, Preset
@@ -51,6 +49,8 @@ def auraflow_inputs(config, shape, device, dtype, g):
 
 
 def lumina2_inputs(config, shape, device, dtype, g):
+    import torch
+
     b = shape.batch
     return {
         "hidden_states": randn(g, device, dtype, b, config.in_channels, shape.height // 8, shape.width // 8),
@@ -61,6 +61,8 @@ def lumina2_inputs(config, shape, device, dtype, g):
 
 
 def qwen_image_inputs(config, shape, device, dtype, g):
+    import torch
+
     h, w, b = shape.height // 16, shape.width // 16, shape.batch
     return {
         "hidden_states": randn(g, device, dtype, b, h * w, config.in_channels),
@@ -73,6 +75,8 @@ def qwen_image_inputs(config, shape, device, dtype, g):
 
 def qwen_image21_inputs(config, shape, device, dtype, g):
     """Text slots then one slot per 2x2 group of packed target latents (`img_mask` marks image slots)."""
+    import torch
+
     h, w, b, t = shape.height // 16, shape.width // 16, shape.batch, shape.text_tokens
     slots = torch.cat([torch.zeros(b, t, dtype=torch.bool), torch.ones(b, h * w // 4, dtype=torch.bool)], dim=1)
     return {
@@ -87,6 +91,8 @@ def qwen_image21_inputs(config, shape, device, dtype, g):
 
 def omnigen_inputs(config, shape, device, dtype, g):
     """Token-id prompt, then the time token, then the noisy image tokens (no input images)."""
+    import torch
+
     b, t = shape.batch, shape.text_tokens
     image_tokens = (shape.height // 8 // config.patch_size) * (shape.width // 8 // config.patch_size)
     length = t + 1 + image_tokens
@@ -111,6 +117,8 @@ def z_image_inputs(config, shape, device, dtype, g):
 
 
 def ernie_inputs(config, shape, device, dtype, g):
+    import torch
+
     b = shape.batch
     return {
         "hidden_states": randn(g, device, dtype, b, config.in_channels, shape.height // 16, shape.width // 16),
@@ -122,6 +130,8 @@ def ernie_inputs(config, shape, device, dtype, g):
 
 def ideogram4_inputs(config, shape, device, dtype, g):
     """One packed sequence per sample: text (LLM) tokens, then the image tokens to denoise."""
+    import torch
+
     h, w, b, t = shape.height // 16, shape.width // 16, shape.batch, shape.text_tokens
     length = t + h * w
     positions = torch.cat([torch.arange(t, device=device)[:, None].expand(t, 3), grid_ids(h, w, 3, device).long() + t])

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import torch
-
-from ..adapters import LoKr
-from ..workload import Workload, adamw_for, default_dtype, make_trainable, seeded_generator
 from . import audio, flux, image, unavailable, unet, video
 from .family import Family
 from .geometry import FamilyShape
-from .materialize import materialize
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..adapters import LoKr
+    from ..workload import Workload
 
 # The registration list: lineage by lineage, in this order everywhere (sweeps, reports).
 LINEAGES = (flux, image, video, unet, audio, unavailable)
@@ -80,6 +82,11 @@ def build(
     inputs, flow-matching-style MSE. `lora_dropout`: PEFT's dropout before each adapter (SimpleTuner
     trains with 0.1), which saves a mask and a dropped input per adapted layer. `lokr`: LyCORIS LoKr
     adapters instead of LoRA, as SimpleTuner's LoKr examples train them (ckptlib.adapters.LoKr)."""
+    import torch
+
+    from ..workload import Workload, adamw_for, default_dtype, make_trainable, seeded_generator
+    from .materialize import materialize
+
     entry = get(family)
     shape = resolve_shape(family, preset, **shape_overrides)
     dtype = dtype or default_dtype(device)

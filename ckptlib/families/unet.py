@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-
 from .common import TINY_IMAGE, randn, timestep
 from .family import Family, Preset
 from .geometry import FamilyShape
 
 
 def unet_inputs(config, shape, device, dtype, g):
+    import torch
+
     b = shape.batch
     text_dim = config.encoder_hid_dim or config.cross_attention_dim
     kwargs = {

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from ..spec import FIRST_ARG, CallConvention
 from .common import FIRST_TWO_ARGS, HIDDEN, TINY_VIDEO, VIDEO, grid_ids, randn, timestep
 from .family import Family, Preset
@@ -11,6 +9,8 @@ from .geometry import FamilyShape, Latents
 
 
 def hunyuan_video_inputs(config, shape, device, dtype, g):
+    import torch
+
     b, t = shape.batch, ((shape.frames or 1) - 1) // 4 + 1
     kwargs = {
         "hidden_states": randn(g, device, dtype, b, config.in_channels, t, shape.height // 8, shape.width // 8),
@@ -25,6 +25,8 @@ def hunyuan_video_inputs(config, shape, device, dtype, g):
 
 
 def ltx_inputs(config, shape, device, dtype, g):
+    import torch
+
     b, t = shape.batch, ((shape.frames or 1) - 1) // 8 + 1
     h, w = shape.height // 32, shape.width // 32
     return {
@@ -40,6 +42,8 @@ def ltx_inputs(config, shape, device, dtype, g):
 
 def ltx2_inputs(config, shape, device, dtype, g):
     """Packed video tokens plus an audio track of the clip's length; text states for both streams."""
+    import torch
+
     b = shape.batch
     t = ((shape.frames or 1) - 1) // config.vae_scale_factors[0] + 1
     h, w = shape.height // config.vae_scale_factors[1], shape.width // config.vae_scale_factors[2]
@@ -85,6 +89,8 @@ def anyflow_inputs(config, shape, device, dtype, g):
 
 
 def cosmos_inputs(config, shape, device, dtype, g):
+    import torch
+
     b, t = shape.batch, ((shape.frames or 1) - 1) // 4 + 1
     h, w = shape.height // 8, shape.width // 8
     return {
@@ -117,6 +123,8 @@ def cosmos_torchvision_shim() -> None:
 def cosmos3_inputs(config, shape, device, dtype, g):
     """One packed sample: prompt token ids (the understanding stream), then the noisy video latent's
     patches (the generation stream); every latent frame is noisy and in the loss."""
+    import torch
+
     p, t = config.latent_patch_size, ((shape.frames or 1) - 1) // 4 + 1
     h, w = shape.height // 16, shape.width // 16  # latent pixels (the VAE downsamples 16x)
     n_text, n_vision = shape.text_tokens, t * (h // p) * (w // p)
@@ -141,6 +149,8 @@ def cosmos3_inputs(config, shape, device, dtype, g):
 def kandinsky5_inputs(config, shape, device, dtype, g):
     """Channels-last video latents (B, frames, h, w, C), with the visual-conditioning channels when
     the model takes them; rope positions per axis; Qwen text states and a CLIP pooled vector."""
+    import torch
+
     b, t = shape.batch, ((shape.frames or 1) - 1) // 4 + 1
     h, w = shape.height // 8, shape.width // 8
     channels = 2 * config.in_visual_dim + 1 if config.visual_cond else config.in_visual_dim
@@ -162,6 +172,8 @@ def kandinsky5_inputs(config, shape, device, dtype, g):
 def minimax_h3_inputs(config, shape, device, dtype, g):
     """One packed sample: text, video and audio tokens in one sequence, addressed by index tensors;
     one timestep, modality tags 0 (text), 1 (video), 2 (audio)."""
+    import torch
+
     t = ((shape.frames or 1) - 1) // 4 + 1
     p_t, p_h, p_w = config.patch_size
     h, w = shape.height // 8 // p_h, shape.width // 8 // p_w  # tokens per frame after the patch embedding

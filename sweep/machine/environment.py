@@ -20,10 +20,14 @@ PACKAGES = ("torch", "diffusers", "peft", "transformers", "torchao", "sdnq", "ck
 
 
 def cuda_usable() -> bool:
-    """GPUs are visible (NVML) and torch was built with CUDA; CUDA itself is left uninitialised."""
+    """GPUs are visible (NVML) and torch was built with CUDA; CUDA itself is left uninitialised.
+    NVML first: a host without GPUs is told so without importing torch (NOTE [ A sweep's own
+    process imports no torch ] in sweep/run/app.py)."""
+    if gpus.count() == 0:
+        return False
     import torch
 
-    return torch.backends.cuda.is_built() and gpus.count() > 0
+    return torch.backends.cuda.is_built()
 
 
 def resolve_device(device: str) -> str:
@@ -128,10 +132,24 @@ def code_versions() -> dict:
     return {**git_state(), "packages": versions()}
 
 
-def capture(device: str) -> dict:
-    """Everything recorded with a run. Does not initialise CUDA (NVML only)."""
+TORCH_FACTS = ("cuda", "cudnn", "torch_threads")  # what a run records of torch (None: no child could tell)
+
+
+def torch_facts() -> dict:
+    """torch's CUDA and cuDNN versions and its CPU threads. Imports torch: a sweep asks a child of
+    its fork server (NOTE [ A sweep's own process imports no torch ] in sweep/run/app.py)."""
     import torch
 
+    return {
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def capture(device: str, torch_facts: dict | None = None) -> dict:
+    """Everything recorded with a run, with `torch_facts()` as a child told them. Does not
+    initialise CUDA (NVML only)."""
     env = {
         "hardware": hardware_label(device),
         "device": device,
@@ -140,10 +158,8 @@ def capture(device: str) -> dict:
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "versions": versions(),
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        **{fact: (torch_facts or {}).get(fact) for fact in TORCH_FACTS},
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "torch_threads": torch.get_num_threads(),
     }
     env.update(git_state())
     return env

@@ -22,10 +22,19 @@ from sweep.store.results import CellResult
 from sweep.vocabulary import RETRYABLE, JobOutcome, Provenance, Status
 
 from . import cpu_guard, progress
-from .isolation import preload_note, run_isolated
+from .isolation import answer_in_child, preload_note, run_isolated
 from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
 
 CONFIG_PATH = str(configs.config_dir())
+
+# NOTE [ A sweep's own process imports no torch ]: the process that runs a sweep's jobs (the console
+# script, a SLURM task, a Ray worker) composes, validates, claims and records; its cells run in
+# children of its fork server, which has torch imported. So on a host without GPUs it never imports
+# torch (1.5 s of CPU in every such process, the fork server's preload beside it): the families' and
+# synthetic's entries import none, what a run records of torch a child tells
+# (environment.torch_facts), and device=auto asks NVML before torch. What needs torch keeps it: a
+# builder of one's own (checked and fingerprinted by building it), a GPU host's check that torch has
+# CUDA, the duration warning of a GPU-sized sweep on a CPU. tests/sweep/test_layout.py holds it.
 
 
 configs.register()
@@ -62,7 +71,8 @@ def run_state(cfg: DictConfig) -> RunState:
             env = environment.capture_prediction(cfg.predict_device, configured_card_bytes(cfg))
             provenance, device_label = Provenance.PREDICTED, cfg.predict_device
         else:
-            env, provenance, device_label = environment.capture(device), Provenance.MEASURED, device
+            facts = answer_in_child(environment.torch_facts, *fork_server_needs(cell_from_config(cfg)))
+            env, provenance, device_label = environment.capture(device, facts), Provenance.MEASURED, device
         sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         sweep_config["db"]["url"] = store.redacted(sweep_config["db"]["url"])  # no password is stored
         run_id = store.get_or_create_run(
@@ -201,12 +211,16 @@ def measured(cfg: DictConfig, cell: Cell, device: str, timeout_s: float, limited
     except ValueError as error:
         return CellResult(Status.INVALID, str(error))
     task, args = cell_task(cfg, cell, device)
-    result = run_isolated(
-        task, args, timeout_s, cell.builder.rpartition(".")[0], progress.report_phase, (cell.training,)
-    )
+    builder_module, trainings = fork_server_needs(cell)
+    result = run_isolated(task, args, timeout_s, builder_module, progress.report_phase, trainings)
     if result.status == Status.TIMEOUT and limited_by:
         result.reason = f"{limited_by}: {result.reason}"
     return result
+
+
+def fork_server_needs(cell: Cell) -> tuple[str, tuple[str, ...]]:
+    """What the fork server must preload for this cell: its builder's module and how it trains."""
+    return cell.builder.rpartition(".")[0], (cell.training,)
 
 
 def cell_summary(cell: Cell) -> dict:

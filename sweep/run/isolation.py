@@ -30,15 +30,19 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exit
 # The fork server imports sweep.run.forkserver only; it imports these, with CUDA guarded (NOTE [ The
 # fork server owns its preload ] in sweep/run/forkserver.py).
 # ckptlib loads its names on first use: the modules every measured cell runs are named here.
+# The families' and synthetic's entries import no torch (the sweep reads them): what builds is named.
 PRELOAD = [
     "torch",
     "torch._dynamo",  # an optimizer imports it when first made: 1.5 to 2 s of each training cell otherwise
     "ckptlib.wiring",
     "ckptlib.attention",
+    "ckptlib.workload",
     "ckptlib.families",
-    "ckptlib.synthetic",
+    "ckptlib.families.materialize",
+    "ckptlib.synthetic.model",
     "sweep.run.isolation",
     "sweep.run.scenarios",
+    "sweep.run.scenarios.devices",
 ]
 PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
 # The sweep's sys.path, for the fork server: Python 3.11's ignores the one multiprocessing hands it
@@ -115,6 +119,39 @@ def run_isolated(
         receiver.close()
     result.timings["wall_s"] = time.perf_counter() - started
     return result
+
+
+def answer_in_child(question, builder_module: str, trainings: Collection[str] = TRAINING_MODES, timeout_s: float = 300):
+    """`question()` asked of a child of the fork server, which has torch imported: its (picklable)
+    answer, or None where the child ended without one (NOTE [ A sweep's own process imports no
+    torch ] in sweep/run/app.py)."""
+    ctx = fork_server(builder_module, trainings)
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_answer, args=(sender, question), daemon=True)
+    try:
+        with _interrupts_held():
+            child.start()
+        sender.close()
+        return receiver.recv() if receiver.poll(timeout_s) else None
+    except EOFError:
+        return None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receiver.close()
+
+
+def _answer(conn, question) -> None:
+    from . import cuda_guard
+
+    die_with_parent()
+    cuda_guard.lift()
+    try:
+        conn.send(question())
+    except Exception:  # noqa: BLE001 - no answer is an answer: the parent records None
+        conn.send(None)
+    conn.close()
 
 
 @contextlib.contextmanager

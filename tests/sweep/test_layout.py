@@ -151,6 +151,38 @@ def test_the_verbs_that_read_results_import_no_torch():
     assert done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr
 
 
+def test_a_sweeps_own_process_imports_no_torch_and_records_what_its_cells_child_told(tmp_path):
+    """NOTE [ A sweep's own process imports no torch ]: `ckpt-sweep run` of the synthetic family and
+    of a diffusers family (LoRA, so PEFT too) measures its cells in children and records torch's
+    facts from one, while the process itself never imports torch, PEFT or diffusers."""
+    import json
+    import sqlite3
+    import subprocess
+    import sys
+
+    db = tmp_path / "results.db"
+    common = [f"db.url=sqlite:///{db}", f"hydra.sweep.dir={tmp_path}/multirun", "sweep=none", "preset=tiny"]
+    sweeps = [
+        [*common, "mode=none,layer", "training=full", "measure.warmup_steps=0", "measure.steps=1"],
+        [*common, "family=flux1", "mode=torch-ffn", "training=lora", "measure.warmup_steps=0", "measure.steps=1"],
+    ]
+    script = (
+        "import sys\nfrom sweep import cli\n"
+        f"for overrides in {sweeps!r}:\n"
+        "    try:\n        cli.main(['run', *overrides])\n    except SystemExit as stop:\n        print(stop.code)\n"
+        "print(sorted(m for m in ('torch', 'peft', 'diffusers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout[-2000:] + done.stderr[-2000:]
+    with sqlite3.connect(db) as connection:
+        cells = connection.execute("select family, mode, status from cells order by family, mode").fetchall()
+        environments = [json.loads(e) for (e,) in connection.execute("select environment from runs")]
+    assert cells == [("flux1", "torch-ffn", "ok"), ("synthetic", "layer", "ok"), ("synthetic", "none", "ok")]
+    assert len(environments) == 2
+    for facts in environments:
+        assert facts["torch_threads"] >= 1 and "cuda" in facts and "cudnn" in facts, facts
+
+
 def test_the_readmes_layout_names_every_module_of_ckptlib_and_every_folder_of_sweep():
     """README's Layout is the tree as it is: ckptlib's modules and packages, sweep's stage folders
     and top-level modules, each named in it."""

@@ -12,8 +12,6 @@ from sweep.run.classify import classify
 from sweep.store.results import CellResult
 from sweep.vocabulary import Status
 
-from .devices import CpuDevice, device_for
-
 
 def run_scenario(fields: dict, scenario: Callable, device_name: str = "cpu") -> CellResult:
     """`scenario(cell, config, build, device)` with every outcome a status: invalid configs,
@@ -28,6 +26,9 @@ def run_scenario(fields: dict, scenario: Callable, device_name: str = "cpu") -> 
 
 
 def _outcome(cell: Cell, scenario: Callable, device_name: str) -> CellResult:
+    # torch is the cell's to import (NOTE [ A sweep's own process imports no torch ] in sweep/run/app.py)
+    from .devices import CpuDevice, device_for
+
     try:
         config = cell.checkpoint_config()
     except ValueError as error:
