@@ -94,6 +94,12 @@ def signature_problems(target: str, builder) -> list[str]:
 # digest of the model as its cell built it: such a cell is compared by that scheme, so an upgrade
 # measures nothing again by itself.
 FINGERPRINT_PREFIX = "m2-"
+PROJECT_BUILDERS = ("ckptlib.", "sweep.")  # import paths of the builders this project ships
+
+
+def is_own_builder(target: str) -> bool:
+    """A builder of the user's own (not one this project ships, whose code the recorded commit names)."""
+    return not target.startswith(PROJECT_BUILDERS)
 
 
 def is_legacy_fingerprint(value: str) -> bool:
@@ -108,7 +114,7 @@ def fingerprint(
     meta, every parameter's name, shape and dtype and the block spec. A cell recorded under another
     fingerprint was measured on another model (sweep/run/app.py measures it again). None for the
     project's own builders, whose code the recorded commit names. `legacy`: by the earlier scheme."""
-    if target.startswith(("ckptlib.", "sweep.")):
+    if not is_own_builder(target):
         return None
     from ckptlib import adapters_not_injected
 
@@ -131,13 +137,14 @@ def fingerprint(
     return digest.hexdigest()[:12] if legacy else FINGERPRINT_PREFIX + digest.hexdigest()[:12]
 
 
-def built_problems(builder, preset: str, shape: dict) -> list[str]:
+def built_problems(target: str, preset: str, shape: dict) -> list[str]:
     """Build once on the meta device (nothing is allocated), before any cell runs: a builder that
     returns something other than a ckptlib.Workload, a spec whose block lists, attention or
     feed-forward names name nothing in the model, LoRA targets that match no layer. A builder that
     cannot build on meta for another reason is not judged here (its first cell will say)."""
     from ckptlib import SpecError, Workload, adapters_not_injected, spec_problems
 
+    builder = import_builder(target)
     try:
         with adapters_not_injected():
             work = builder(

@@ -36,7 +36,7 @@ class TableMeaning:
 
 # The docs' headings, lower-cased, for tables whose rows do not say everything themselves. The
 # larger shape's heading says width 4096 and 3072 tokens; its numbers are 32 of the packed block at
-# 4096 tokens (NOTE [ The docs' synthetic block ] in ckptlib/synthetic.py), which is what it records.
+# 4096 tokens (NOTE [ The docs' synthetic block ] in ckptlib/synthetic/__init__.py), which is what it records.
 # Both were measured with the early offloader, which reloaded each region just in time.
 DOCS_OFFLOADER = (("offload_prefetch", False),)
 KNOWN_TABLES = {

@@ -1,7 +1,7 @@
 """The docs' published synthetic tables reproduced by prediction: each published cell (H100 80GB and
 L40S; packed latents at 1024, 4096 and 16384 tokens and the larger shape; five modes) predicted on
 its GPU's CUDA device model with the docs' block and offloader (NOTE [ The docs' synthetic block ]
-in ckptlib/synthetic.py), beside its published peak; and sec/step predicted from FLOPs and copies
+in ckptlib/synthetic/__init__.py), beside its published peak; and sec/step predicted from FLOPs and copies
 after calibrating each GPU on one published cell. `scripts/check_published.py` writes the page."""
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def report(cells: list[dict], predicted: dict) -> list[str]:
         "Written by `python scripts/check_published.py` from `sweep/published/unsloth-synthetic.md` (the docs'",
         "tables, **published**) and `ckptlib.predict` (**predicted**, nothing allocated): the docs' block",
         "(width 3072, 24 heads, 16 blocks, or 32 for the larger shape at 4096 tokens; the pre-FFN norm inside",
-        "the FFN checkpoint: NOTE [ The docs' synthetic block ] in `ckptlib/synthetic.py`), bf16, frozen base,",
+        "the FFN checkpoint: NOTE [ The docs' synthetic block ] in `ckptlib/synthetic/`), bf16, frozen base,",
         "batch 1, the docs' offloader (no prefetch). H100 80GB on the `cuda` device model (32 MiB cuBLAS",
         "workspace), L40S on `cuda-pre-hopper` (8.125 MiB). Peaks are what `max_memory_allocated` reports;",
         "sec/step is predicted from each cell's FLOPs and copies after one calibration cell per GPU.",

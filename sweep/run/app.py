@@ -4,6 +4,7 @@ an isolated child and records the result. Validation and progress live in their 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ckptlib.units import GIB
 from sweep.config import structured as configs
-from sweep.config.builders import describe_shape, fingerprint, import_builder, is_legacy_fingerprint
+from sweep.config.builders import describe_shape, fingerprint, import_builder, is_legacy_fingerprint, is_own_builder
 from sweep.config.cell import Cell, cell_from_config
 from sweep.config.structured import Rerun
 from sweep.machine import environment
@@ -22,7 +23,7 @@ from sweep.store.results import CellResult
 from sweep.vocabulary import RETRYABLE, JobOutcome, Provenance, Status
 
 from . import cpu_guard, progress
-from .isolation import answer_in_child, preload_note, run_isolated
+from .isolation import answer_in_child, fork_server_needs, preload_note, run_isolated
 from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
 
 CONFIG_PATH = str(configs.config_dir())
@@ -31,10 +32,12 @@ CONFIG_PATH = str(configs.config_dir())
 # script, a SLURM task, a Ray worker) composes, validates, claims and records; its cells run in
 # children of its fork server, which has torch imported. So on a host without GPUs it never imports
 # torch (1.5 s of CPU in every such process, the fork server's preload beside it): the families' and
-# synthetic's entries import none, what a run records of torch a child tells
-# (environment.torch_facts), and device=auto asks NVML before torch. What needs torch keeps it: a
-# builder of one's own (checked and fingerprinted by building it), a GPU host's check that torch has
-# CUDA, the duration warning of a GPU-sized sweep on a CPU. tests/sweep/test_layout.py holds it.
+# synthetic's entries import none; what needs torch is asked of a child of the fork server: what a
+# run records of torch (environment.torch_facts), and a builder of one's own checked and
+# fingerprinted by building it (preflight's built_problems, model_of); device=auto asks NVML before
+# torch. What still imports it: a builder's own module, where it imports torch (read for its
+# signature and presets), a GPU host's check that torch has CUDA, the duration warning of a
+# GPU-sized sweep on a CPU. tests/sweep/test_layout.py holds it.
 
 
 configs.register()
@@ -71,7 +74,8 @@ def run_state(cfg: DictConfig) -> RunState:
             env = environment.capture_prediction(cfg.predict_device, configured_card_bytes(cfg))
             provenance, device_label = Provenance.PREDICTED, cfg.predict_device
         else:
-            facts = answer_in_child(environment.torch_facts, *fork_server_needs(cell_from_config(cfg)))
+            cell = cell_from_config(cfg)
+            facts = answer_in_child(environment.torch_facts, *fork_server_needs(cell.builder, cell.training))
             env, provenance, device_label = environment.capture(device, facts), Provenance.MEASURED, device
         sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         sweep_config["db"]["url"] = store.redacted(sweep_config["db"]["url"])  # no password is stored
@@ -151,9 +155,21 @@ MODEL_CHANGED = "measured again: the model its builder builds changed since it w
 
 
 def model_of(cell: Cell, legacy: bool = False) -> str | None:
-    """The fingerprint of the model a cell's builder builds (config/builders.py: fingerprint)."""
+    """The fingerprint of the model a cell's builder of one's own builds (config/builders.py:
+    fingerprint), taken in a child: it builds the model (NOTE [ A sweep's own process imports no torch ])."""
+    if not is_own_builder(cell.builder):
+        return None
     shape = json.dumps(cell.shape, sort_keys=True)
-    return fingerprint(cell.builder, cell.preset, shape, cell.training, cell.lora_rank, cell.quantization, legacy)
+    settings = (cell.preset, shape, cell.training, cell.lora_rank, cell.quantization, legacy)
+    return fingerprint_in_child(cell.builder, *settings)
+
+
+@functools.cache  # as fingerprint is: one build per model and scheme in a sweep's process
+def fingerprint_in_child(
+    target: str, preset: str, shape: str, training: str, lora_rank: int, quantization: str, legacy: bool
+) -> str | None:
+    take = functools.partial(fingerprint, target, preset, shape, training, lora_rank, quantization, legacy)
+    return answer_in_child(take, *fork_server_needs(target, training))
 
 
 def model_changed(cell: Cell, model: str | None, previous: store.Recorded | None) -> bool:
@@ -211,16 +227,11 @@ def measured(cfg: DictConfig, cell: Cell, device: str, timeout_s: float, limited
     except ValueError as error:
         return CellResult(Status.INVALID, str(error))
     task, args = cell_task(cfg, cell, device)
-    builder_module, trainings = fork_server_needs(cell)
+    builder_module, trainings = fork_server_needs(cell.builder, cell.training)
     result = run_isolated(task, args, timeout_s, builder_module, progress.report_phase, trainings)
     if result.status == Status.TIMEOUT and limited_by:
         result.reason = f"{limited_by}: {result.reason}"
     return result
-
-
-def fork_server_needs(cell: Cell) -> tuple[str, tuple[str, ...]]:
-    """What the fork server must preload for this cell: its builder's module and how it trains."""
-    return cell.builder.rpartition(".")[0], (cell.training,)
 
 
 def cell_summary(cell: Cell) -> dict:

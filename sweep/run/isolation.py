@@ -66,6 +66,12 @@ def preload_modules(builder_module: str, trainings: Collection[str] = TRAINING_M
     return [*PRELOAD, builder_module, *PRELOAD_FOR_BUILDER.get(builder_module, []), *for_training]
 
 
+def fork_server_needs(builder: str, training: str) -> tuple[str, tuple[str, ...]]:
+    """What the fork server must preload for cells of this builder (its import path) that train so:
+    the builder's module, and how they train."""
+    return builder.rpartition(".")[0], (training,)
+
+
 def fork_server(builder_module: str, trainings: Collection[str] = TRAINING_MODES):
     """The fork server, started on first use with what its first cells need preloaded."""
     global _context

@@ -3,6 +3,7 @@ cell runs: one line per problem, nothing written."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -18,10 +19,13 @@ from sweep.config.builders import (
     builder_presets,
     built_problems,
     import_builder,
+    is_own_builder,
     signature_problems,
 )
 from sweep.machine import environment, gpus
 from sweep.store import database as store
+
+from .isolation import answer_in_child, fork_server_needs
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
@@ -140,9 +144,12 @@ def builder_problems(job: DictConfig) -> list[str]:
     presets = builder_presets(builder)
     if presets is not None and str(job.preset) not in presets:
         problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
-    elif not problems and not target.startswith("ckptlib."):  # your own builder: does it return a Workload?
-        built = built_problems(builder, str(job.preset), OmegaConf.to_container(job.shape))
-        problems += [f"family {job.family.name}: {problem}" for problem in built]
+    elif not problems and is_own_builder(target):  # your own builder: does it return a Workload?
+        built = answer_in_child(
+            functools.partial(built_problems, target, str(job.preset), OmegaConf.to_container(job.shape)),
+            *fork_server_needs(target, str(job.training)),
+        )  # NOTE [ A sweep's own process imports no torch ] in sweep/run/app.py
+        problems += [f"family {job.family.name}: {problem}" for problem in built or []]
     return problems
 
 

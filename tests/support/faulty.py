@@ -6,8 +6,6 @@ import ctypes
 import os
 import time
 
-import torch
-
 from ckptlib import UnsupportedModeError, synthetic
 from ckptlib.synthetic import resolve_shape as _resolve_synthetic
 
@@ -24,6 +22,8 @@ class FaultyStep:
 
     def __call__(self):
         if self.fault == "oom":
+            import torch  # this module imports none: a sweep's own process never does (sweep/run/app.py)
+
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (injected)")
         if self.fault == "segfault":
             ctypes.string_at(0)

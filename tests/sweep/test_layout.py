@@ -152,19 +152,23 @@ def test_the_verbs_that_read_results_import_no_torch():
 
 
 def test_a_sweeps_own_process_imports_no_torch_and_records_what_its_cells_child_told(tmp_path):
-    """NOTE [ A sweep's own process imports no torch ]: `ckpt-sweep run` of the synthetic family and
-    of a diffusers family (LoRA, so PEFT too) measures its cells in children and records torch's
-    facts from one, while the process itself never imports torch, PEFT or diffusers."""
+    """NOTE [ A sweep's own process imports no torch ]: `ckpt-sweep run` of the synthetic family, of
+    a diffusers family (LoRA, so PEFT too) and of a builder of one's own (tests/support/faulty.py:
+    checked and fingerprinted by building it) measures its cells in children and records torch's
+    facts and the model's fingerprint from one, while the process itself never imports torch, PEFT
+    or diffusers."""
     import json
     import sqlite3
     import subprocess
     import sys
 
     db = tmp_path / "results.db"
-    common = [f"db.url=sqlite:///{db}", f"hydra.sweep.dir={tmp_path}/multirun", "sweep=none", "preset=tiny"]
+    common = [f"db.url=sqlite:///{db}", f"hydra.sweep.dir={tmp_path}/multirun", "sweep=none", "measure.steps=1"]
+    common += ["measure.warmup_steps=0", f"hydra.searchpath=[file://{ROOT / 'tests' / 'support' / 'conf'}]"]
     sweeps = [
-        [*common, "mode=none,layer", "training=full", "measure.warmup_steps=0", "measure.steps=1"],
-        [*common, "family=flux1", "mode=torch-ffn", "training=lora", "measure.warmup_steps=0", "measure.steps=1"],
+        [*common, "preset=tiny", "mode=none,layer", "training=full"],
+        [*common, "preset=tiny", "family=flux1", "mode=torch-ffn", "training=lora"],
+        [*common, "family=faulty", "preset=ok", "mode=none", "training=full"],
     ]
     script = (
         "import sys\nfrom sweep import cli\n"
@@ -175,10 +179,17 @@ def test_a_sweeps_own_process_imports_no_torch_and_records_what_its_cells_child_
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.stdout.splitlines()[-1] == "[]", done.stdout[-2000:] + done.stderr[-2000:]
     with sqlite3.connect(db) as connection:
-        cells = connection.execute("select family, mode, status from cells order by family, mode").fetchall()
+        cells = connection.execute(
+            "select family, mode, status, json_extract(versions, '$.model') from cells order by family, mode"
+        ).fetchall()
         environments = [json.loads(e) for (e,) in connection.execute("select environment from runs")]
-    assert cells == [("flux1", "torch-ffn", "ok"), ("synthetic", "layer", "ok"), ("synthetic", "none", "ok")]
-    assert len(environments) == 2
+    assert [cell[:3] for cell in cells] == [
+        ("faulty", "none", "ok"), ("flux1", "torch-ffn", "ok"), ("synthetic", "layer", "ok"), ("synthetic", "none", "ok")
+    ]  # fmt: skip
+    assert cells[0][3].startswith("m2-") and {cell[3] for cell in cells[1:]} == {
+        None
+    }  # only one's own is fingerprinted
+    assert len(environments) == 3
     for facts in environments:
         assert facts["torch_threads"] >= 1 and "cuda" in facts and "cudnn" in facts, facts
 

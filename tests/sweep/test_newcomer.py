@@ -200,9 +200,9 @@ def test_checking_and_fingerprinting_your_model_import_no_peft_nor_torchs_compil
     script = (
         "import sys\n"
         "from sweep.config.builders import built_problems, fingerprint, import_builder\n"
-        "assert built_problems(import_builder('faulty.build'), 'ok', {}) == []\n"
-        "assert built_problems(import_builder('faulty.build'), 'ok-wide', {}) == []\n"
-        "assert built_problems(import_builder('my_model.build'), 'small', {}) == []\n"
+        "assert built_problems('faulty.build', 'ok', {}) == []\n"
+        "assert built_problems('faulty.build', 'ok-wide', {}) == []\n"
+        "assert built_problems('my_model.build', 'small', {}) == []\n"
         "assert fingerprint('faulty.build', 'ok', '{}', 'lora', 16, 'none').startswith('m2-')\n"
         "assert fingerprint('faulty.build', 'ok', '{}', 'lora', 16, 'int8-torchao').startswith('m2-')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'peft', 'transformers', 'torchao'}"
