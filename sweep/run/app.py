@@ -23,7 +23,7 @@ from sweep.store.results import CellResult
 from sweep.vocabulary import RETRYABLE, JobOutcome, Provenance, Status
 
 from . import cpu_guard, progress
-from .isolation import answer_in_child, fork_server_needs, preload_note, run_isolated
+from .isolation import answered_with_torch, fork_server_needs, preload_note, run_isolated
 from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
 
 CONFIG_PATH = str(configs.config_dir())
@@ -32,12 +32,14 @@ CONFIG_PATH = str(configs.config_dir())
 # script, a SLURM task, a Ray worker) composes, validates, claims and records; its cells run in
 # children of its fork server, which has torch imported. So on a host without GPUs it never imports
 # torch (1.5 s of CPU in every such process, the fork server's preload beside it): the families' and
-# synthetic's entries import none; what needs torch is asked of a child of the fork server: what a
-# run records of torch (environment.torch_facts), and a builder of one's own checked and
-# fingerprinted by building it (preflight's built_problems, model_of); device=auto asks NVML before
-# torch. What still imports it: a builder's own module, where it imports torch (read for its
-# signature and presets), a GPU host's check that torch has CUDA, the duration warning of a
-# GPU-sized sweep on a CPU. tests/sweep/test_layout.py holds it.
+# synthetic's entries import none; what needs torch (what a run records of torch,
+# environment.torch_facts; a builder of one's own checked and fingerprinted by building it,
+# preflight's built_problems and model_of) is asked of a child of the fork server its cells need
+# anyway, unless torch is here already (isolation.answered_with_torch); device=auto asks NVML
+# before torch. What still imports it: a builder's own module that imports torch (read for its
+# signature and presets), the validation of a sweep whose launcher runs its cells elsewhere (no fork
+# server here), a GPU host's check that torch has CUDA, the duration warning of a GPU-sized sweep on
+# a CPU. tests/sweep/test_layout.py holds it.
 
 
 configs.register()
@@ -75,7 +77,7 @@ def run_state(cfg: DictConfig) -> RunState:
             provenance, device_label = Provenance.PREDICTED, cfg.predict_device
         else:
             cell = cell_from_config(cfg)
-            facts = answer_in_child(environment.torch_facts, *fork_server_needs(cell.builder, cell.training))
+            facts = answered_with_torch(environment.torch_facts, cell.builder, cell.training)
             env, provenance, device_label = environment.capture(device, facts), Provenance.MEASURED, device
         sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         sweep_config["db"]["url"] = store.redacted(sweep_config["db"]["url"])  # no password is stored
@@ -156,20 +158,19 @@ MODEL_CHANGED = "measured again: the model its builder builds changed since it w
 
 def model_of(cell: Cell, legacy: bool = False) -> str | None:
     """The fingerprint of the model a cell's builder of one's own builds (config/builders.py:
-    fingerprint), taken in a child: it builds the model (NOTE [ A sweep's own process imports no torch ])."""
+    fingerprint); taking it builds the model (NOTE [ A sweep's own process imports no torch ])."""
     if not is_own_builder(cell.builder):
         return None
     shape = json.dumps(cell.shape, sort_keys=True)
-    settings = (cell.preset, shape, cell.training, cell.lora_rank, cell.quantization, legacy)
-    return fingerprint_in_child(cell.builder, *settings)
+    return fingerprint_of(cell.builder, cell.preset, shape, cell.training, cell.lora_rank, cell.quantization, legacy)
 
 
 @functools.cache  # as fingerprint is: one build per model and scheme in a sweep's process
-def fingerprint_in_child(
+def fingerprint_of(
     target: str, preset: str, shape: str, training: str, lora_rank: int, quantization: str, legacy: bool
 ) -> str | None:
     take = functools.partial(fingerprint, target, preset, shape, training, lora_rank, quantization, legacy)
-    return answer_in_child(take, *fork_server_needs(target, training))
+    return answered_with_torch(take, target, training)
 
 
 def model_changed(cell: Cell, model: str | None, previous: store.Recorded | None) -> bool:

@@ -127,10 +127,20 @@ def run_isolated(
     return result
 
 
+def answered_with_torch(question, builder: str, training: str, runs_cells: bool = True):
+    """`question()`, which imports torch, answered where that costs least: in this process where
+    torch is imported already (a builder's own module imported it) or where no fork server is to
+    start (`runs_cells` False: a launcher runs the cells elsewhere), else by a child of the fork
+    server this process's cells need anyway (NOTE [ A sweep's own process imports no torch ] in
+    sweep/run/app.py). `builder` and `training`: a cell's, for the server's preload."""
+    if "torch" in sys.modules or not runs_cells:
+        return question()
+    return answer_in_child(question, *fork_server_needs(builder, training))
+
+
 def answer_in_child(question, builder_module: str, trainings: Collection[str] = TRAINING_MODES, timeout_s: float = 300):
     """`question()` asked of a child of the fork server, which has torch imported: its (picklable)
-    answer, or None where the child ended without one (NOTE [ A sweep's own process imports no
-    torch ] in sweep/run/app.py)."""
+    answer, or None where the child ended without one."""
     ctx = fork_server(builder_module, trainings)
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_answer, args=(sender, question), daemon=True)

@@ -25,7 +25,7 @@ from sweep.config.builders import (
 from sweep.machine import environment, gpus
 from sweep.store import database as store
 
-from .isolation import answer_in_child, fork_server_needs
+from .isolation import answered_with_torch
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # The config keys `validate` reads: jobs that differ only in other keys need no separate check.
@@ -145,10 +145,9 @@ def builder_problems(job: DictConfig) -> list[str]:
     if presets is not None and str(job.preset) not in presets:
         problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
     elif not problems and is_own_builder(target):  # your own builder: does it return a Workload?
-        built = answer_in_child(
-            functools.partial(built_problems, target, str(job.preset), OmegaConf.to_container(job.shape)),
-            *fork_server_needs(target, str(job.training)),
-        )  # NOTE [ A sweep's own process imports no torch ] in sweep/run/app.py
+        check = functools.partial(built_problems, target, str(job.preset), OmegaConf.to_container(job.shape))
+        training = getattr(job.training, "name", str(job.training))
+        built = answered_with_torch(check, target, training, runs_cells=launcher(job) is None)
         problems += [f"family {job.family.name}: {problem}" for problem in built or []]
     return problems
 

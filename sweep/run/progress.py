@@ -110,17 +110,20 @@ class SweepCallback(Callback):
         compose_each_job_once(GlobalHydra.instance().config_loader())
         expanded = expand_jobs(config)
         checks = [config]
+        # for the fork server's preload: the first job's builder module and how the jobs train (None:
+        # not known before the first job runs); said before validation, which asks the server's
+        # children of a builder of one's own (NOTE [ A sweep's own process imports no torch ] in app.py)
+        self.first_builder, self.trainings = None, set()
         if expanded is not None:
             self.total, checks = expanded
+            self.first_builder = cell_from_config(checks[0]).builder.rpartition(".")[0]
+            self.trainings = {cell_from_config(job).training for job in checks}
+            isolation.fork_server(self.first_builder, self.trainings)
             try:
                 validate(checks, override_problems(config))
             except SweepConfigError as error:
                 # Hydra turns a callback's exceptions into warnings; SystemExit stops the sweep.
                 raise SystemExit(f"ckpt-sweep: {error}") from None
-        # for the fork server's preload: the first job's builder module and how the jobs train (None:
-        # not known before the first job runs)
-        self.first_builder = cell_from_config(checks[0]).builder.rpartition(".")[0] if expanded else None
-        self.trainings = {cell_from_config(job).training for job in checks} if expanded else set()
         warning = gpu_sweep_warning(checks, self.total or len(checks))
         if warning:
             print(f"ckpt-sweep: {warning}", file=sys.stderr, flush=True)

@@ -381,3 +381,21 @@ def test_the_fork_server_starts_on_the_first_jobs_builder_before_any_cell_runs(t
     done = run_sweep(tmp_path / "r.db", "sweep=none", "preset=tiny", "mode=none,layer", *FAST)
     assert done.returncode == 0, done.stderr
     assert events == [("ckptlib.synthetic", {"full"}), "cell", "cell"]
+
+
+def test_what_the_fork_server_preloads_is_the_sweeps_before_a_child_checks_a_builder_of_ones_own(tmp_path, monkeypatch):
+    """NOTE [ A sweep's own process imports no torch ]: in a process without torch, validation asks
+    the fork server's children to build a builder of one's own (tests/sweep/test_layout.py), so the
+    server's preload (PEFT for any job training LoRA) is said for the whole sweep before validation,
+    not by the first job's training alone when the first question comes."""
+    from sweep.run import isolation
+
+    calls, fork_server = [], isolation.fork_server
+    monkeypatch.setattr(isolation, "fork_server", lambda *needs: calls.append(needs) or fork_server(*needs))
+    done = run_sweep(
+        tmp_path / "r.db", "sweep=none", "family=faulty", "preset=ok", "mode=none", "training=full,lora",
+        "measure.warmup_steps=0", "measure.steps=1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == ("faulty", {"full", "lora"}), calls
+    assert {status for (status,) in query(tmp_path / "r.db", "select status from cells")} == {"ok"}
