@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import ProgrammingError
 
 from tests.support.ports import free_port
 from tests.support.postgres import rows
@@ -59,6 +60,14 @@ def ray_head():
     address, session, env, folder = start_head()
     yield address, session, env
     stop_head(env, folder)
+
+
+def claim_owners(url: str) -> set[int]:
+    """The pids of the processes holding a cell's claim now (none before the sweep made its tables)."""
+    try:
+        return {int(owner.rpartition(":")[2]) for (owner,) in rows(url, "select owner from claims")}
+    except ProgrammingError:
+        return set()
 
 
 def cells(url: str) -> dict[str, dict]:
@@ -122,16 +131,18 @@ def test_a_worker_killed_mid_cell_leaves_it_crashed_and_the_sweep_goes_on(tmp_pa
         extra_env=DRIVER_ENV,
     )
     deadline = time.monotonic() + 300
-    while True:  # the worker running the hanging cell, once its cell process exists
+    # The worker measuring the hanging cell (the first claimed), once its cell process exists: a child
+    # of its fork server after the claim (before it, a child may answer what needs torch, app.py).
+    while True:
+        claimed = claim_owners(postgres_url)
         processes = session_processes(session)
-        parents = {ppid for _, ppid, _ in processes}
-        busy = [pid for pid, _, args in processes if args.startswith("ray::_run_job") and pid in parents]
-        cell_processes = [pid for pid, ppid, _ in processes if ppid in {p for p, pp, _ in processes if pp in busy}]
-        if busy and cell_processes:
+        servers = {pid for pid, ppid, _ in processes if ppid in claimed}
+        cell_processes = [pid for pid, ppid, _ in processes if ppid in servers]
+        if claimed and cell_processes:
             break
         assert sweep.poll() is None and time.monotonic() < deadline, "the hanging cell never started"
         time.sleep(0.5)
-    [worker] = busy
+    [worker] = claimed
     own = [pid for pid, ppid, _ in processes if ppid == worker] + cell_processes
     os.kill(worker, 9)
     _, stderr = sweep.communicate(timeout=600)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
@@ -112,6 +113,15 @@ def session_processes(session: int | str) -> list[tuple[int, int, str]]:
         for sid, pid, ppid, stat, args in (row for row in rows if len(row) == 5)
         if sid == str(session) and not stat.startswith("Z") and not (args.startswith("[") and args.endswith("]"))
     ]
+
+
+def claimed(db: Path) -> bool:
+    """Some cell of the SQLite file is being measured now: its claim is taken, after every question
+    the sweep asks its fork server's children (sweep/run/app.py), so the server's child is the cell."""
+    try:
+        return bool(query(db, "select count(*) from claims")[0][0])
+    except OperationalError:  # no tables yet
+        return False
 
 
 def query(db: Path, sql: str) -> list[tuple]:

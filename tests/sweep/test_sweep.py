@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 
 from sweep.config.cell import Cell
 from sweep.run.app import should_run
-from tests.support.sweeps import FAST, query, run_sweep, session_processes, start_sweep
+from tests.support.sweeps import FAST, claimed, query, run_sweep, session_processes, start_sweep
 
 FAULTS = {
     "ok": "ok",
@@ -199,10 +199,13 @@ def test_interrupted_sweep_stops_cleanly_and_resumes_without_duplicates(tmp_path
 def test_a_killed_sweep_leaves_no_cell_running(tmp_path):
     """kill -9: no handler runs, yet the fork server and its hanging cell die with it
     (isolation.die_with_parent) instead of holding the device for an hour."""
-    process = start_sweep(tmp_path / "r.db", "sweep=none", "family=faulty", "preset=hang", *FAST)
+    db = tmp_path / "r.db"
+    process = start_sweep(db, "sweep=none", "family=faulty", "preset=hang", *FAST)
     deadline = time.time() + 120
-    while sum("forkserver" in args for *_, args in session_processes(process.pid)) < 2:  # the server and its cell
-        assert process.poll() is None and time.time() < deadline, session_processes(process.pid)
+    while not (claimed(db) and sum("forkserver" in args for *_, args in session_processes(process.pid)) >= 2):
+        assert process.poll() is None and time.time() < deadline, session_processes(
+            process.pid
+        )  # the server and its cell
         time.sleep(0.2)
     process.kill()
     process.wait()  # not communicate(): a surviving cell would hold its pipes open
