@@ -50,10 +50,11 @@ class RunState:
     """One (database, run name, hardware) this process writes to."""
 
     engine: object
-    run_id: int
+    run_id: int | None  # None until written: NOTE [ A run is written when a cell is ]
     device: str
     hardware: str
     done: dict[str, store.Recorded]  # cell key -> what is recorded of it
+    written: bool = False
 
 
 _runs: dict[tuple[str, str, str], RunState] = {}  # of the sweep running in this process
@@ -67,31 +68,59 @@ def start_sweep() -> None:
     _runs.clear()
 
 
+# NOTE [ A run is written when a cell is ]: a sweep reads its run (what is recorded) at its first
+# job, but creates it, or refreshes its environment and config (they describe its latest cells),
+# only when it claims or records a cell. A sweep that skips every cell leaves the run as its last
+# cells left it, and never asks the fork server's children what a run records of torch (the
+# server's preload, 2 to 3 s, for nothing: NOTE [ A sweep's own process imports no torch ]).
+
+
 def run_state(cfg: DictConfig) -> RunState:
+    """What this process knows of the job's run: what is recorded of it (none for a new run)."""
     device = f"predicted:{cfg.predict_device}" if cfg.predict else environment.resolve_device(cfg.device)
     key = (cfg.db.url, str(cfg.run.name), device)
     if key not in _runs:
         engine = store.open_store(cfg.db.url)
-        if cfg.predict:
-            env = environment.capture_prediction(cfg.predict_device, configured_card_bytes(cfg))
-            provenance, device_label = Provenance.PREDICTED, cfg.predict_device
-        else:
-            cell = cell_from_config(cfg)
-            facts = answered_with_torch(environment.torch_facts, cell.builder, cell.training)
-            env, provenance, device_label = environment.capture(device, facts), Provenance.MEASURED, device
-        sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        sweep_config["db"]["url"] = store.redacted(sweep_config["db"]["url"])  # no password is stored
-        run_id = store.get_or_create_run(
-            engine,
-            str(cfg.run.name),
-            env["hardware"],
-            provenance=provenance,
-            device=device_label,
-            environment=env,
-            config=sweep_config,
+        hardware = (
+            environment.prediction_label(cfg.predict_device, configured_card_bytes(cfg))
+            if cfg.predict
+            else environment.hardware_label(device)
         )
-        _runs[key] = RunState(engine, run_id, device, env["hardware"], store.completed_cells(engine, run_id))
+        run_id = store.find_run(engine, str(cfg.run.name), hardware, run_provenance(cfg))
+        done = {} if run_id is None else store.completed_cells(engine, run_id)
+        _runs[key] = RunState(engine, run_id, device, hardware, done)
     return _runs[key]
+
+
+def run_provenance(cfg: DictConfig) -> Provenance:
+    return Provenance.PREDICTED if cfg.predict else Provenance.MEASURED
+
+
+def written_run(cfg: DictConfig, state: RunState) -> int:
+    """The run's id, created or refreshed with this job's environment and config the first time this
+    process claims or records one of its cells (NOTE [ A run is written when a cell is ])."""
+    if state.written:
+        return state.run_id
+    if cfg.predict:
+        env = environment.capture_prediction(cfg.predict_device, configured_card_bytes(cfg))
+        device_label = cfg.predict_device
+    else:
+        cell = cell_from_config(cfg)
+        facts = answered_with_torch(environment.torch_facts, cell.builder, cell.training)
+        env, device_label = environment.capture(state.device, facts), state.device
+    sweep_config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    sweep_config["db"]["url"] = store.redacted(sweep_config["db"]["url"])  # no password is stored
+    state.run_id = store.get_or_create_run(
+        state.engine,
+        str(cfg.run.name),
+        state.hardware,
+        provenance=run_provenance(cfg),
+        device=device_label,
+        environment=env,
+        config=sweep_config,
+    )
+    state.written = True
+    return state.run_id
 
 
 def configured_card_bytes(cfg: DictConfig) -> int | None:
@@ -195,7 +224,7 @@ def execute(cfg: DictConfig) -> dict:
         note = None if cfg.predict else settings_note(previous, cfg)
         return {**summary, "status": previous.status, "skipped": True, "note": note}
     timeout_s, limited_by = time_limit(cfg.measure.timeout_s)
-    claimed = store.claim_cell(state.engine, state.run_id, cell.key, timeout_s + CLAIM_SLACK_S)
+    claimed = store.claim_cell(state.engine, written_run(cfg, state), cell.key, timeout_s + CLAIM_SLACK_S)
     other = measured_elsewhere(claimed, previous)
     if other is not None:
         if claimed.held:
@@ -270,7 +299,9 @@ def record(cell: Cell, state: RunState, result: CellResult, model: str | None = 
 def record_crash(cfg: DictConfig, reason: str) -> dict:
     """A cell whose process died under it before it could record anything (a Ray worker killed),
     recorded `crashed` by another process of the same kind."""
-    return record(cell_from_config(cfg), run_state(cfg), CellResult(Status.CRASHED, reason))
+    state = run_state(cfg)
+    written_run(cfg, state)
+    return record(cell_from_config(cfg), state, CellResult(Status.CRASHED, reason))
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base=None)

@@ -269,6 +269,17 @@ def _server_away(engine: Engine, error: DBAPIError) -> bool:
     return error.connection_invalidated or refused
 
 
+def find_run(engine: Engine, name: str, hardware: str, provenance: str = Provenance.MEASURED) -> int | None:
+    """The run's id, or None where no such run is recorded yet."""
+    query = select(Run.id).where(Run.name == name, Run.hardware == hardware, Run.provenance == provenance)
+
+    def read() -> int | None:
+        with engine.connect() as connection:
+            return connection.scalar(query)
+
+    return reconnecting(engine, read)
+
+
 def get_or_create_run(engine: Engine, name: str, hardware: str, provenance: str = Provenance.MEASURED, **fields) -> int:
     """The run's id, creating it if needed; an existing run's environment and config are refreshed
     (they describe its latest cells). Workers that start at once race on the insert: the loser (a

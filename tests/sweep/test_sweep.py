@@ -386,6 +386,22 @@ def test_the_fork_server_starts_on_the_first_jobs_builder_before_any_cell_runs(t
     assert events == [("ckptlib.synthetic", {"full"}), "cell", "cell"]
 
 
+def test_a_sweep_that_skips_every_cell_leaves_its_run_as_its_cells_left_it(tmp_path, monkeypatch):
+    """NOTE [ A run is written when a cell is ]: run again with nothing to measure, a sweep neither
+    refreshes its run's environment and config nor asks what a run records of torch (of the fork
+    server's children, in a process without torch)."""
+    from sweep.run import app
+
+    db, cells = tmp_path / "r.db", ["sweep=none", "preset=tiny", "mode=none,layer", *FAST]
+    assert run_sweep(db, *cells).returncode == 0
+    before = query(db, "select id, environment, config from runs")
+    asked = []
+    monkeypatch.setattr(app, "answered_with_torch", lambda *args, **kwargs: asked.append(args))
+    again = run_sweep(db, *cells, "measure.timeout_s=999")
+    assert again.returncode == 0 and again.stdout.count('"skipped": true') == 2, again.stdout
+    assert query(db, "select id, environment, config from runs") == before and asked == []
+
+
 def test_what_the_fork_server_preloads_is_the_sweeps_before_a_child_checks_a_builder_of_ones_own(tmp_path, monkeypatch):
     """NOTE [ A sweep's own process imports no torch ]: in a process without torch, validation asks
     the fork server's children to build a builder of one's own (tests/sweep/test_layout.py), so the
