@@ -26,7 +26,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from . import cuda_guard, quiet  # noqa: E402
-from .isolation import PATH_VARIABLE, PRELOAD_VARIABLE, die_with_parent  # noqa: E402
+from .isolation import PATH_VARIABLE, PRELOAD_VARIABLE, STARTER_VARIABLE, die_with_parent  # noqa: E402
 
 FAILED_VARIABLE = "CKPT_SWEEP_PRELOAD_FAILED"  # what earlier starts of this server could not preload
 FAILED: dict[str, str] = json.loads(os.environ.get(FAILED_VARIABLE) or "{}")
@@ -53,6 +53,10 @@ def preload(modules: list[str]) -> None:
 if os.environ.get(PATH_VARIABLE):
     sys.path[:] = os.environ[PATH_VARIABLE].split(os.pathsep)
 die_with_parent()
+if os.environ.get(STARTER_VARIABLE, str(os.getppid())) != str(os.getppid()):
+    # The process that started the server ended before the line above (a sweep that had nothing to
+    # run): no signal will come, and its preload would run for nobody, holding the sweep's output open.
+    os._exit(0)
 quiet.install()
 cuda_guard.install()
 preload([module for module in os.environ.get(PRELOAD_VARIABLE, "").split(",") if module])

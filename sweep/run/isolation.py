@@ -45,6 +45,7 @@ PRELOAD = [
     "sweep.run.scenarios.devices",
 ]
 PRELOAD_VARIABLE = "CKPT_SWEEP_PRELOAD"  # how the list reaches the fork server
+STARTER_VARIABLE = "CKPT_SWEEP_SERVER_STARTER"  # the pid of the process that starts the fork server
 # The sweep's sys.path, for the fork server: Python 3.11's ignores the one multiprocessing hands it
 # (3.12 applies it), so under PYTHONSAFEPATH a builder beside the command line was not found there.
 PATH_VARIABLE = "CKPT_SWEEP_SYS_PATH"
@@ -78,6 +79,7 @@ def fork_server(builder_module: str, trainings: Collection[str] = TRAINING_MODES
     if _context is None:
         _context = mp.get_context("forkserver")
         os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module, trainings))
+        os.environ[STARTER_VARIABLE] = str(os.getpid())
         os.environ[PATH_VARIABLE] = os.pathsep.join(sys.path)
         _context.set_forkserver_preload(["sweep.run.forkserver"])
     return _context

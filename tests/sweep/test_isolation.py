@@ -87,6 +87,27 @@ def test_a_preload_that_fails_restarts_the_server_without_it():
     assert report["device_in_child"] == 0 and report["second_cell"] == "ok"
 
 
+def test_a_fork_server_whose_starter_has_ended_exits_before_its_preload():
+    """A sweep with nothing to run ends within a second, maybe before its fork server asked to die
+    with it: the server then exits at once, instead of importing torch for nobody while it holds the
+    sweep's output open (a pipe's reader waited 2 s for it). With its starter alive, it preloads."""
+    import os
+
+    from sweep.run.isolation import PRELOAD_VARIABLE, STARTER_VARIABLE
+
+    script = "import sweep.run.forkserver\nprint('preloaded')"
+    env = {**os.environ, PRELOAD_VARIABLE: "", STARTER_VARIABLE: "1"}  # pid 1 started no test's process
+    gone = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
+    assert gone.returncode == 0 and "preloaded" not in gone.stdout, gone.stderr
+    env[STARTER_VARIABLE] = str(os.getpid())
+    alive = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
+    assert alive.returncode == 0 and "preloaded" in alive.stdout, alive.stderr
+
+
 def test_a_child_refuses_to_run_after_cuda_was_initialised(fake_cuda):
     cuda_guard.check_untouched()
     torch.cuda.init()  # torch's own lazy initialisation, over the fake C entry points
