@@ -4,6 +4,7 @@ an isolated child and records the result. Validation and progress live in their 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from sweep.store.results import CellResult
 from sweep.vocabulary import RETRYABLE, JobOutcome, Provenance, Status
 
 from . import cpu_guard, progress
-from .isolation import answered_with_torch, fork_server_needs, preload_note, run_isolated
+from .isolation import answered_with_torch, fork_server_needs, interrupts_held, preload_note, run_isolated
 from .scenarios import MeasureSettings, PredictSettings, measure_cell, predict_cell
 
 CONFIG_PATH = str(configs.config_dir())
@@ -233,7 +234,11 @@ def execute(cfg: DictConfig) -> dict:
     try:
         result = measured(cfg, cell, state.device, timeout_s, limited_by)
     except BaseException:  # an interrupted cell leaves its claim to the next writer at once
-        store.release_claim(state.engine, state.run_id, cell.key)
+        # A second SIGTERM (SLURM sends more than one) must not land in the release's query, whose
+        # cleanup would then raise a database error in the interruption's place: the job would end
+        # as failed, not stopped. A release that fails leaves a claim that ends with this process.
+        with interrupts_held(), contextlib.suppress(Exception):
+            store.release_claim(state.engine, state.run_id, cell.key)
         raise
     recorded = record(cell, state, result, model)
     return {**recorded, "note": changed or recorded["note"]}

@@ -116,7 +116,7 @@ def run_isolated(
     child = ctx.Process(target=child_main, args=(sender, task, args, visible, log, on_phase is not None), daemon=True)
     started = time.perf_counter()
     try:
-        with _interrupts_held():  # one that came while the child was being made lands below, with it known
+        with interrupts_held():  # one that came while the child was being made lands below, with it known
             child.start()
         sender.close()
         result = _await(child, receiver, timeout_s, on_phase)
@@ -147,7 +147,7 @@ def answer_in_child(question, builder_module: str, trainings: Collection[str] = 
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_answer, args=(sender, question), daemon=True)
     try:
-        with _interrupts_held():
+        with interrupts_held():
             child.start()
         sender.close()
         return receiver.recv() if receiver.poll(timeout_s) else None
@@ -173,7 +173,7 @@ def _answer(conn, question) -> None:
 
 
 @contextlib.contextmanager
-def _interrupts_held():
+def interrupts_held():
     """SIGINT and SIGTERM wait, for this thread, while the block runs: a Ctrl-C inside
     `Process.start()` would leave a started child its parent cannot name."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

@@ -3,6 +3,8 @@
 import json
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,7 +12,17 @@ from sqlalchemy.exc import OperationalError
 
 from sweep.config.cell import Cell
 from sweep.run.app import should_run
-from tests.support.sweeps import FAST, claimed, query, run_sweep, session_processes, start_sweep
+from tests.support.sweeps import (
+    FAST,
+    ROOT,
+    claimed,
+    query,
+    run_sweep,
+    session_processes,
+    start_sweep,
+    sweep_args,
+    sweep_env,
+)
 
 FAULTS = {
     "ok": "ok",
@@ -160,6 +172,37 @@ def test_sweeps_writing_one_file_at_once_lose_no_rows_and_measure_a_shared_cell_
         key
         for (key,) in query(db, "select cell_key from cells c join runs r on r.id = c.run_id where r.name = 'shared'")
     ), shared
+
+
+def test_a_second_sigterm_in_the_claims_release_still_ends_the_sweep_stopped(tmp_path):
+    """SLURM sends SIGTERM more than once: one that lands in the query giving the interrupted cell's
+    claim back made the database driver's cleanup raise its own error (psycopg: "can't change
+    'autocommit' now"), and the job ended failed instead of stopped. The release holds signals and
+    a failed release is not the job's outcome: the sweep exits 143, saying it was stopped."""
+    script = """
+import os, signal, sys
+from sqlalchemy.exc import ProgrammingError
+from sweep import cli
+from sweep.run import app, interruption
+
+def interrupted(*args):  # SIGTERM while the cell runs: the handler raises Terminated here
+    os.kill(os.getpid(), signal.SIGTERM)
+
+def release(*args):  # as psycopg's cleanup does when a signal lands in its query
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except interruption.Terminated:
+        raise ProgrammingError("DELETE FROM claims", {}, Exception("can't change 'autocommit' now")) from None
+
+app.measured, app.store.release_claim = interrupted, release
+cli.main(sys.argv[1:])
+"""
+    args = sweep_args(tmp_path / "r.db", "sweep=none", "preset=tiny", "mode=none", *FAST)[3:]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, env=sweep_env(), cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "ProgrammingError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.long
