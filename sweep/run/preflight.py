@@ -22,6 +22,7 @@ from sweep.config.builders import (
     is_own_builder,
     signature_problems,
 )
+from sweep.config.cell import cell_from_config
 from sweep.machine import environment, gpus
 from sweep.store import database as store
 
@@ -146,8 +147,8 @@ def builder_problems(job: DictConfig) -> list[str]:
         problems.append(f"family {job.family.name}: unknown preset {job.preset!r}; valid presets: {', '.join(presets)}")
     elif not problems and is_own_builder(target):  # your own builder: does it return a Workload?
         check = functools.partial(built_problems, target, str(job.preset), OmegaConf.to_container(job.shape))
-        training = getattr(job.training, "name", str(job.training))
-        built = answered_with_torch(check, target, training, runs_cells=launcher(job) is None)
+        cell = cell_from_config(job)  # how the job trains, as its cell holds it
+        built = answered_with_torch(check, target, cell.training, runs_cells=launcher(job) is None)
         problems += [f"family {job.family.name}: {problem}" for problem in built or []]
     return problems
 

@@ -116,7 +116,8 @@ class SweepCallback(Callback):
         self.first_builder, self.trainings = None, set()
         if expanded is not None:
             self.total, checks = expanded
-            self.first_builder = cell_from_config(checks[0]).builder.rpartition(".")[0]
+            first = cell_from_config(checks[0])
+            self.first_builder, _ = isolation.fork_server_needs(first.builder, first.training)
             self.trainings = {cell_from_config(job).training for job in checks}
             isolation.fork_server(self.first_builder, self.trainings)
             try:
