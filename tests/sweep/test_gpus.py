@@ -87,3 +87,26 @@ def test_devices_this_machine_lacks_are_refused_before_anything_runs(machine, mo
     assert device_problems("tpu", False, None) == ["unknown device 'tpu'; valid: auto, cpu, cuda, cuda:N"]
     monkeypatch.setattr("torch._C._has_cuda", False)
     assert "was built without CUDA" in device_problems("cuda", False, None)[0]
+
+
+def test_auto_is_cuda_where_nvml_sees_a_card_and_torch_has_cuda(machine, fake_cuda, monkeypatch):
+    """device=auto over torch's own torch.backends (its C flag faked, tests/support/fake_cuda.py):
+    NVML's cards and a torch built with CUDA give `cuda`, CUDA itself untouched; a CPU build `cpu`."""
+    assert environment.resolve_device("auto") == "cuda" and fake_cuda.calls == []
+    monkeypatch.setattr("torch._C._has_cuda", False)
+    assert environment.resolve_device("auto") == "cpu"
+
+
+def test_auto_is_cpu_without_importing_torch_where_nvml_sees_no_card():
+    """NOTE [ A sweep's own process imports no torch ]: a host without GPUs is told so by NVML."""
+    import subprocess
+    import sys
+
+    from tests.support.sweeps import ROOT
+
+    script = (
+        "import sys\nfrom tests.support import fake_nvml\nfake_nvml.install([])\n"
+        "from sweep.machine import environment\nprint(environment.resolve_device('auto'), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.stdout.split() == ["cpu", "False"], done.stdout + done.stderr
