@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -118,31 +118,6 @@ def watching_backends() -> Iterator[BackendsSeen]:
     seen = BackendsSeen(_SdpaCalls(), _FusedOps())
     with seen.calls, seen.fused:
         yield seen
-
-
-def backends_that_ran(run: Callable[[], object], name: str = "auto") -> str:
-    """The SDPA kernels `run` used under backend `name`, as text (BackendsSeen.text). A kernel the
-    device lacks raises UnsupportedModeError naming it."""
-    with refused_kernels(name), attention_backend(name), watching_backends() as seen:
-        run()
-    return seen.text()
-
-
-def gradient_pass(work: Workload) -> Callable[[], None]:
-    """A training step that leaves the weights as they were: forward and backward (kernels are
-    chosen with gradients in mind, and an offloading schedule sees its backward), no optimizer
-    step, the gradients dropped."""
-
-    def run() -> None:
-        optimizer, work.optimizer = work.optimizer, None
-        try:
-            work.step()
-        finally:
-            work.optimizer = optimizer
-        for p in work.model.parameters():
-            p.grad = None
-
-    return run
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def test_sec_per_step_is_the_median_of_the_measured_steps_only():
 def test_the_last_warmup_step_finds_the_peak_and_kernels_that_two_more_passes_find(monkeypatch):
     """NOTE [ What the last warmup step watches ]: with two warmup steps a cell runs its steps and
     nothing more, and finds the CPU peak and attention kernels that a cell with one warmup step
-    finds with a probe before its steps and a tracked step after them."""
+    finds with one watched step after its timed steps."""
     from ckptlib.workload import Workload
 
     passes = []
@@ -54,7 +54,7 @@ def test_the_last_warmup_step_finds_the_peak_and_kernels_that_two_more_passes_fi
         passes.clear()
         results[warmup] = result = measure_cell(cell, MeasureSettings("cpu", warmup_steps=warmup, steps=1))
         assert result.status == Status.OK, result.reason
-        assert len(passes) == warmup + 1 + (warmup < 2) * 2, warmup
+        assert len(passes) == warmup + 1 + (warmup < 2), warmup
     watched, apart = results[2], results[1]
     assert "memory_step_s" not in watched.timings and "memory_step_s" in apart.timings
     assert watched.peak_bytes == apart.peak_bytes and watched.breakdown == apart.breakdown

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import time
 
 import torch
 
@@ -55,7 +54,7 @@ class CudaDevice:
         """Nothing to watch: the allocator counts every step."""
         return contextlib.nullcontext()
 
-    def memory(self, work, tracked=None) -> dict:
+    def memory(self, tracked) -> dict:
         return {
             "peak_bytes": torch.cuda.max_memory_allocated(self.device),
             "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
@@ -100,15 +99,9 @@ class CpuDevice:
 
         return peak_tracked(work, self.device)
 
-    def memory(self, work, tracked=None) -> dict:
-        """The peak of the step run under `tracking` (`tracked`: what it yielded), or of one more
-        step, tracked now (its time is `memory_step_s`)."""
-        from ckptlib.memory import step_peak
-
-        tic = time.perf_counter()
-        tracker = step_peak(work, self.device) if tracked is None else tracked
-        extra_step = {"memory_step_s": time.perf_counter() - tic} if tracked is None else {}
-        return {"peak_bytes": tracker.peak_bytes, "breakdown": dict(tracker.peak_by_category), **extra_step}
+    def memory(self, tracked) -> dict:
+        """The peak of the step run under `tracking` (`tracked`: what it yielded)."""
+        return {"peak_bytes": tracked.peak_bytes, "breakdown": dict(tracked.peak_by_category)}
 
     def name(self) -> str:
         from sweep.machine.environment import cpu_model

@@ -161,16 +161,13 @@ def cold_compile_cache(compiling: bool) -> Iterator[None]:
 # tracker). Watching slows a step, so no timed step is watched, nor the first (its time is the
 # first-step column). With two warmup steps or more (the default is 5), an uncompiled cell's last
 # warmup step is watched for both: a step the cell runs anyway, after one whose optimizer step left
-# the state every later step starts from. Otherwise the cell pays two passes more: an eager
-# gradient pass (weights unchanged) for the kernels before the steps, and one tracked step after
-# them for the CPU's peak. A compiled cell always does: both watched passes must be eager.
-def watching_last_warmup(cell, settings: MeasureSettings, work, device) -> tuple[dict, dict]:
-    """(what the watch saw, once run: `backends`, `tracker`; the watch for timed_steps), or two
-    empty dicts where the cell's warmup cannot be watched."""
+# the state every later step starts from. Otherwise the cell runs one step more, after its timed
+# steps, watched for both; eager for a compiled cell, since the tracker sees no compiled code's
+# buffers (said so in the compile table).
+def step_watch(work, device) -> tuple[dict, Callable[[], contextlib.AbstractContextManager]]:
+    """(what the watch saw once a step ran under it: `backends`, `tracker`; the watch)."""
     from ckptlib import attention
 
-    if cell.compile != "none" or settings.warmup_steps < 2:
-        return {}, {}
     seen = {}
 
     @contextlib.contextmanager
@@ -179,7 +176,11 @@ def watching_last_warmup(cell, settings: MeasureSettings, work, device) -> tuple
             seen.update(backends=backends, tracker=tracker)
             yield
 
-    return seen, {settings.warmup_steps - 1: watch}
+    return seen, watch
+
+
+def warmup_is_watched(cell, settings: MeasureSettings) -> bool:
+    return cell.compile == "none" and settings.warmup_steps >= 2
 
 
 def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[str], None] = _quiet) -> CellResult:
@@ -210,28 +211,30 @@ def measure_cell(fields: dict, settings: MeasureSettings, progress: Callable[[st
         handle = ckptlib.apply(work.model, config, work.spec, compile=cell.compile)
         timings["build_s"] = time.perf_counter() - tic
         with attention.attention_backend(cell.attention), attention.refused_kernels(cell.attention):
-            seen, watch = watching_last_warmup(cell, settings, work, device)
-            if not watch:  # NOTE [ What the last warmup step watches ]
-                with torch.compiler.set_stance("force_eager"):
-                    ran = attention.backends_that_ran(attention.gradient_pass(work), cell.attention)
+            seen, watch = step_watch(work, device)
+            in_warmup = warmup_is_watched(cell, settings)  # NOTE [ What the last warmup step watches ]
             samples, losses, first_step_peak = timed_steps(
-                work.step, device, settings.warmup_steps, settings.steps, progress=progress, watch=watch
+                work.step,
+                device,
+                settings.warmup_steps,
+                settings.steps,
+                progress=progress,
+                watch={settings.warmup_steps - 1: watch} if in_warmup else {},
             )
-            if watch:
-                ran = seen["backends"].text()
-            progress("memory")
-            # a CPU's peak comes from a step under the live-tensor tracker, which sees no compiled
-            # code's buffers: that step is an eager one, said so in the compile table
-            with torch.compiler.set_stance("force_eager"):
-                memory = device.memory(work, seen.get("tracker"))
+            if not in_warmup:
+                progress("memory")
+                tic = time.perf_counter()
+                with torch.compiler.set_stance("force_eager"), watch():
+                    work.step()
+                timings["memory_step_s"] = time.perf_counter() - tic
+            ran = seen["backends"].text()
+            memory = device.memory(seen["tracker"])
             profiled = None
             if settings.profile_steps:
                 progress("profile")
                 trace = Path(settings.trace_dir) / f"{cell.key}.json" if settings.trace_dir else None
                 on_cuda = str(settings.device).startswith("cuda")
                 profiled = profile_steps(work.step, device, settings.profile_steps, trace, on_cuda).as_dict()
-        if "memory_step_s" in memory:
-            timings["memory_step_s"] = memory.pop("memory_step_s")
         report = handle.report
         errors = {}
         if settings.numerics:  # after the timed steps (a compiled cell's first step compiles), on copies
