@@ -49,7 +49,7 @@ FAMILIES = (
             ),
         },
         inputs=ace_step_inputs,
-        latents=Latents(spatial=1, temporal=1, patch_t="patch_size"),
+        latents=Latents(spatial=1, temporal=1, patch_t="patch_size", defaults={"patch_size": 2}),
         # Layers alternate sliding-window and full attention masks chosen by index: per-layer regions only.
         block_lists={"layers": None},
         attention=("self_attn", "cross_attn"),

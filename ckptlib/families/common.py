@@ -7,14 +7,18 @@ from ..spec import CallConvention
 from .geometry import FamilyShape, Latents
 
 PACKED = Latents(spatial=16)  # inputs come packed 2x2 at the VAE's /8: one token per 16x16 pixels
-PATCHED = Latents(patch="patch_size")  # /8 latents, patched by the model
-VIDEO = Latents(patch="patch_size")  # /8 and /4 in time, a (t, h, w) patch
 ENCODER_HIDDEN = CallConvention.state("encoder_hidden_states", "hidden_states")  # (encoder, hidden) = block(...)
 HIDDEN = CallConvention.state("hidden_states")
 FIRST_TWO_ARGS = CallConvention.leading(2)
 IMAGE_1024 = FamilyShape(height=1024, width=1024, text_tokens=512)
 TINY_IMAGE = FamilyShape(height=64, width=64, batch=2, text_tokens=8)
 TINY_VIDEO = FamilyShape(height=32, width=32, frames=5, batch=2, text_tokens=8)
+
+
+def patched(size: int | tuple[int, int, int], **geometry) -> Latents:
+    """Latents (/8, and /4 in time, unless `geometry` says otherwise) that the model patches by its
+    config's `patch_size`: `size` where a preset does not set it (a (t, h, w) tuple for video)."""
+    return Latents(patch="patch_size", defaults={"patch_size": size}, **geometry)
 
 
 def randn(generator, device, dtype, *shape):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..modes import OWN_WIRING, WIRINGS, Wiring
 from ..spec import BlockSpec, CallConvention, FeedForwardSide, UnsupportedModeError
-from .geometry import FamilyShape, Latents, constructor_config
+from .geometry import FamilyShape, Latents
 
 if TYPE_CHECKING:
     import torch
@@ -116,7 +116,7 @@ class Family:
         """The latent tokens the transformer sees for this input (after the VAE and patching)."""
         if self.latents is None:
             return None
-        return self.latents.tokens(constructor_config(self.model_class(), self.config(preset)), shape)
+        return self.latents.tokens(self.config(preset), shape)
 
     def build_meta(self, preset: str, buffers_on_meta: bool = False) -> nn.Module:
         """The preset's model with meta parameters (materialize gives them a device); its buffers

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..spec import FIRST_ARG
-from .common import ENCODER_HIDDEN, HIDDEN, IMAGE_1024, PACKED, PATCHED, TINY_IMAGE, grid_ids, randn, timestep
+from .common import ENCODER_HIDDEN, HIDDEN, IMAGE_1024, PACKED, TINY_IMAGE, grid_ids, randn, timestep
 from .family import Family, Preset
 from .ffn_sides import CHROMA_SIDES, FLUX_SIDES, KREA2_SIDES
-from .geometry import FamilyShape
+from .geometry import FamilyShape, Latents
 
 
 def flux_inputs(config, shape, device, dtype, g, guidance=None, pooled=True):
@@ -326,7 +326,7 @@ FAMILIES = (
             ),
         },
         inputs=hidream_inputs,
-        latents=PATCHED,
+        latents=Latents(patch="patch_size"),
         # Each block gets its own Llama layer's states from the loop: per-block regions only.
         block_lists={"double_stream_blocks": None, "single_stream_blocks": None},
         attention=("block.attn1",),

@@ -4,7 +4,7 @@ inputs), Lumina2, Z-Image, Qwen Image, OmniGen, ERNIE, Ideogram."""
 from __future__ import annotations
 
 from ..spec import FIRST_ARG
-from .common import ENCODER_HIDDEN, HIDDEN, PACKED, PATCHED, TINY_IMAGE, grid_ids, randn, timestep
+from .common import ENCODER_HIDDEN, HIDDEN, PACKED, TINY_IMAGE, grid_ids, patched, randn, timestep
 from .family import Family, Preset
 from .ffn_sides import Z_IMAGE_SIDES
 from .geometry import FamilyShape, Latents
@@ -206,7 +206,7 @@ FAMILIES = (
             ),
         },
         inputs=sd3_inputs,
-        latents=PATCHED,
+        latents=patched(2),
         block_lists={"transformer_blocks": ENCODER_HIDDEN},
         attention=("attn", "attn2"),
         feed_forward=("ff", "ff_context"),
@@ -256,7 +256,7 @@ FAMILIES = (
             ),
         },
         inputs=pixart_inputs,
-        latents=PATCHED,
+        latents=patched(2),
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn1", "attn2"),
         feed_forward=("ff",),
@@ -285,7 +285,7 @@ FAMILIES = (
             ),
         },
         inputs=sana_inputs,
-        latents=Latents(spatial=32, patch="patch_size"),
+        latents=patched(1, spatial=32),
         block_lists={"transformer_blocks": HIDDEN},
         feed_forward=("ff",),
         reasons=LINEAR_ATTENTION,
@@ -314,7 +314,7 @@ FAMILIES = (
             ),
         },
         inputs=sana_inputs,
-        latents=Latents(spatial=32, patch="patch_size"),
+        latents=patched((1, 2, 2), spatial=32),
         block_lists={"transformer_blocks": HIDDEN},
         feed_forward=("ff",),
         reasons=LINEAR_ATTENTION,
@@ -342,7 +342,7 @@ FAMILIES = (
             ),
         },
         inputs=auraflow_inputs,
-        latents=PATCHED,
+        latents=patched(2),
         block_lists={"joint_transformer_blocks": ENCODER_HIDDEN, "single_transformer_blocks": HIDDEN},
         attention=("attn",),
         feed_forward=("ff", "ff_context"),
@@ -372,7 +372,7 @@ FAMILIES = (
             ),
         },
         inputs=lumina2_inputs,
-        latents=PATCHED,
+        latents=patched(2),
         block_lists={"noise_refiner": FIRST_ARG, "context_refiner": FIRST_ARG, "layers": FIRST_ARG},
         attention=("attn",),
         feed_forward=("feed_forward",),
@@ -461,7 +461,7 @@ FAMILIES = (
             ),
         },
         inputs=omnigen_inputs,
-        latents=PATCHED,
+        latents=patched(2),
         block_lists={"layers": FIRST_ARG},
         attention=("self_attn",),
         feed_forward=("mlp",),
@@ -519,7 +519,7 @@ FAMILIES = (
             ),
         },
         inputs=ernie_inputs,
-        latents=Latents(spatial=16, patch="patch_size"),
+        latents=patched(1, spatial=16),
         block_lists={"layers": FIRST_ARG},
         attention=("self_attention",),
         feed_forward=("mlp",),

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from ..spec import FIRST_ARG, CallConvention
-from .common import FIRST_TWO_ARGS, HIDDEN, TINY_VIDEO, VIDEO, grid_ids, randn, timestep
+from .common import FIRST_TWO_ARGS, HIDDEN, TINY_VIDEO, grid_ids, patched, randn, timestep
 from .family import Family, Preset
 from .geometry import FamilyShape, Latents
+
+# LTX-Video's VAE: /32 in space, /8 in time; its transformer patches by 1 x 1 x 1
+LTX_LATENTS = Latents(
+    spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t", defaults={"patch_size": 1, "patch_size_t": 1}
+)
 
 
 def hunyuan_video_inputs(config, shape, device, dtype, g):
@@ -241,7 +246,7 @@ FAMILIES = (
             ),
         },
         inputs=hunyuan_video_inputs,
-        latents=Latents(patch="patch_size", patch_t="patch_size_t"),
+        latents=Latents(patch="patch_size", patch_t="patch_size_t", defaults={"patch_size": 2, "patch_size_t": 1}),
         # The loop passes extra positional arguments that land in the blocks' *args: keep them positional.
         block_lists={"transformer_blocks": FIRST_TWO_ARGS, "single_transformer_blocks": FIRST_TWO_ARGS},
         attention=("attn",),
@@ -268,7 +273,7 @@ FAMILIES = (
             ),
         },
         inputs=ltx_inputs,
-        latents=Latents(spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t"),
+        latents=LTX_LATENTS,
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn1", "attn2"),
         feed_forward=("ff",),
@@ -298,7 +303,7 @@ FAMILIES = (
             ),
         },
         inputs=ltx2_inputs,
-        latents=Latents(spatial=32, temporal=8, patch="patch_size", patch_t="patch_size_t"),
+        latents=LTX_LATENTS,
         # Training passes no spatio-temporal guidance blocks, so every block gets the same extras.
         block_lists={"transformer_blocks": CallConvention.state("hidden_states", "audio_hidden_states")},
         attention=("attn1", "attn2", "audio_attn1", "audio_attn2"),
@@ -316,7 +321,7 @@ FAMILIES = (
             "tiny": Preset(TINY_WAN, TINY_VIDEO),
         },
         inputs=wan_inputs,
-        latents=VIDEO,
+        latents=patched((1, 2, 2)),
         block_lists={"blocks": FIRST_ARG},
         attention=("attn1", "attn2"),
         feed_forward=("ffn",),
@@ -330,7 +335,7 @@ FAMILIES = (
             "tiny": Preset(TINY_WAN, TINY_VIDEO),
         },
         inputs=anyflow_inputs,
-        latents=VIDEO,
+        latents=patched((1, 2, 2)),
         block_lists={"blocks": FIRST_ARG},
         attention=("attn1", "attn2"),
         feed_forward=("ffn",),
@@ -364,7 +369,7 @@ FAMILIES = (
         },
         inputs=cosmos_inputs,
         setup=cosmos_torchvision_shim,
-        latents=VIDEO,
+        latents=patched((1, 2, 2)),
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn1", "attn2"),
         feed_forward=("ff",),
@@ -394,7 +399,7 @@ FAMILIES = (
         },
         inputs=cosmos3_inputs,
         latents_arg="vision_tokens",
-        latents=Latents(spatial=16, patch="latent_patch_size"),
+        latents=Latents(spatial=16, patch="latent_patch_size", defaults={"latent_patch_size": 2}),
         # decoder layers carry (understanding, generation) streams: und, gen = layer(und, gen, rotary)
         block_lists={"layers": FIRST_TWO_ARGS},
         attention=("self_attn",),
@@ -440,7 +445,7 @@ FAMILIES = (
             ),
         },
         inputs=kandinsky5_inputs,
-        latents=VIDEO,
+        latents=patched((1, 2, 2)),
         block_lists={"text_transformer_blocks": FIRST_ARG, "visual_transformer_blocks": FIRST_ARG},
         attention=("self_attention", "cross_attention"),
         feed_forward=("feed_forward",),
@@ -473,7 +478,7 @@ FAMILIES = (
             ),
         },
         inputs=minimax_h3_inputs,
-        latents=VIDEO,
+        latents=patched((1, 2, 2)),
         block_lists={"transformer_blocks": FIRST_ARG},
         attention=("attn",),
         feed_forward=("ff",),

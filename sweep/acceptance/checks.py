@@ -353,7 +353,8 @@ def environment(target: Target, out: Path) -> CheckResult:
 
     from .probes import fork_probe
 
-    report = run_isolated(fork_probe, (device,), 120, "ckptlib.synthetic").report or {}
+    # the probe trains nothing: its fork server need not preload PEFT (1.5 CPU-s of the check otherwise)
+    report = run_isolated(fork_probe, (device,), 120, "ckptlib.synthetic", trainings=()).report or {}
     problems = []
     gpu = gpus.gpu_for(device)
     with sqlite3.connect(out / "results.db") as connection:

@@ -1,6 +1,7 @@
 """Every registered family: tiny presets train under every mode with unchanged gradients; real
 presets have their published sizes."""
 
+import inspect
 import re
 
 import pytest
@@ -302,10 +303,8 @@ PACKED_SEQUENCES = {
 def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
     """A shape whose height, width, frames and text all differ: the image-token count describe_shape
     records appears as a dimension of what the blocks are called with."""
-    from ckptlib.families.geometry import constructor_config
-
     family = get(name)
-    patch_t, patch = family.latents.patches(constructor_config(family.model_class(), family.config("tiny")))
+    patch_t, patch = family.latents.patches(family.config("tiny"))
     scale, tiny = family.latents.spatial * patch, family.presets["tiny"].shape
     shape = {
         "height": 6 * scale if tiny.height > 1 else 1,
@@ -334,6 +333,28 @@ def test_recorded_tokens_are_the_sequence_the_blocks_see(name):
     work.step()
     expected = {image, image + 7} if name not in PACKED_SEQUENCES else {PACKED_SEQUENCES[name](image, 7)}
     assert expected & sizes, (name, image, sorted(sizes))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in BUILDABLE if FAMILIES[n].latents is not None))
+def test_the_patch_sizes_a_family_declares_are_its_classs_and_counting_tokens_needs_no_class(name, monkeypatch):
+    """Each config entry the latents read is set by every preset or declared with the class's own
+    default (Latents.defaults): the tokens of every preset are those of the class's full config,
+    counted without the class (describe_shape imports no diffusers)."""
+    family = get(name)
+    signature = inspect.signature(family.model_class().__init__).parameters
+    named = {size for size in (family.latents.patch, family.latents.patch_t) if isinstance(size, str)}
+    assert family.latents.defaults == {
+        key: signature[key].default for key in named if signature[key].default is not None
+    }
+    full_configs = {
+        preset: {key: p.default for key, p in signature.items() if p.default is not inspect.Parameter.empty}
+        | dict(family.config(preset))
+        for preset in family.presets
+    }
+    monkeypatch.setattr(type(family), "model_class", lambda self: pytest.fail("counting tokens imported the class"))
+    for preset, config in full_configs.items():
+        shape = family.presets[preset].shape
+        assert family.image_tokens(preset, shape) == family.latents.tokens(config, shape), preset
 
 
 def test_flux1_dev_sees_4096_image_tokens_at_1024_and_wan_14b_32760():
