@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .config import CheckpointConfig
@@ -104,7 +104,9 @@ def predict(
     )
     dropout = mock.patch.object(F, "dropout", _fused_dropout) if model.fused_dropout else contextlib.nullcontext()
     masks = MasksOnMeta(work.spec.mask_share) if work.spec.mask_share else contextlib.nullcontext()
-    with attention, dropout, masks, mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", _autocast_on_meta):
+    host_masks = HostMasksMeetMeta() if work.host_inputs else contextlib.nullcontext()
+    autocast = mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", _autocast_on_meta)
+    with attention, dropout, masks, host_masks, autocast:
         streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
         handle = apply(work.model, config, work.spec, streams_for=streams, host_bytes=UNLIMITED_HOST_BYTES)
         with CachedMetaOps():
@@ -360,6 +362,29 @@ class MasksOnMeta(TorchDispatchMode):
                 indices += list(self._positions(index).unbind(1)) if _meta_mask(index) else [index]
             args = (args[0], indices, *args[2:])
         return func(*args, **kwargs)
+
+
+class HostMasksMeetMeta(TorchDispatchMode):
+    """NOTE [ Inputs read in Python ], continued: a mask the model derives from a host input's
+    values is on the CPU too (Qwen Image 2.1 repeats its joint sequence by its layout mask, then
+    selects modulation rows by a mask made from the result). An index op takes such a mask beside
+    meta tensors; any other op (`where`) mixes no devices: there the mask moves to meta."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _INDEX_OPS:
+            tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            if any(t.is_meta for t in tensors) and any(map(_host_mask, tensors)):
+                args, kwargs = tree_map_only(torch.Tensor, _mask_on_meta, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _host_mask(t: torch.Tensor) -> bool:
+    return t.dtype == torch.bool and t.device.type == "cpu" and t.dim() > 0
+
+
+def _mask_on_meta(t: torch.Tensor) -> torch.Tensor:
+    return t.to("meta") if _host_mask(t) else t
 
 
 def _meta_mask(index: torch.Tensor | None) -> bool:

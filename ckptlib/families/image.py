@@ -425,6 +425,8 @@ FAMILIES = (
             ),
         },
         inputs=qwen_image21_inputs,
+        # its layout mask repeats the joint sequence's slots and indexes the latents into them
+        host_inputs=("img_mask",),
         latents=PACKED,
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn",),

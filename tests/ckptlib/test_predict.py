@@ -30,6 +30,8 @@ CASES = {
     # reads its captions' lengths from a mask in Python (NOTE [ Inputs read in Python ])
     "lumina2": (builders.lumina2, {"preset": "tiny"}),
     "omnigen": (builders.omnigen, {"preset": "tiny"}),  # and its largest position id
+    # repeats its sequence by its layout mask, then selects rows by a mask made from it
+    "qwen-image21": (getattr(builders, "qwen-image21"), {"preset": "tiny"}),
 }
 TOLERANCE = 0.05  # the issue's bound is 10%; the fake run follows the real one op by op
 
