@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
+from torch.utils._pytree import tree_map, tree_map_only
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .config import CheckpointConfig
@@ -370,17 +370,21 @@ class HostMasksMeetMeta(TorchDispatchMode):
     selects modulation rows by a mask made from the result). An index op takes such a mask beside
     meta tensors; any other op (`where`) mixes no devices: there the mask moves to meta."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return _COMPILES_NOTHING
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in _INDEX_OPS:
-            tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-            if any(t.is_meta for t in tensors) and any(map(_host_mask, tensors)):
+            tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+            if any(map(_host_mask, tensors)) and any(t.is_meta for t in tensors):
                 args, kwargs = tree_map_only(torch.Tensor, _mask_on_meta, (args, kwargs))
         return func(*args, **kwargs)
 
 
 def _host_mask(t: torch.Tensor) -> bool:
-    return t.dtype == torch.bool and t.device.type == "cpu" and t.dim() > 0
+    return t.dtype == torch.bool and t.dim() > 0 and t.device.type == "cpu"
 
 
 def _mask_on_meta(t: torch.Tensor) -> torch.Tensor:
