@@ -104,7 +104,7 @@ def predict(
     )
     dropout = mock.patch.object(F, "dropout", _fused_dropout) if model.fused_dropout else contextlib.nullcontext()
     masks = MasksOnMeta(work.spec.mask_share) if work.spec.mask_share else contextlib.nullcontext()
-    host_masks = HostMasksMeetMeta() if work.host_inputs else contextlib.nullcontext()
+    host_masks = HostMasksMeetMeta() if work.host_masks else contextlib.nullcontext()
     autocast = mock.patch.object(torch.amp.autocast_mode.autocast, "__init__", _autocast_on_meta)
     with attention, dropout, masks, host_masks, autocast:
         streams = (lambda device: ModelledStreams()) if model.asynchronous_copies else None
@@ -368,7 +368,9 @@ class HostMasksMeetMeta(TorchDispatchMode):
     """NOTE [ Inputs read in Python ], continued: a mask the model derives from a host input's
     values is on the CPU too (Qwen Image 2.1 repeats its joint sequence by its layout mask, then
     selects modulation rows by a mask made from the result). An index op takes such a mask beside
-    meta tensors; any other op (`where`) mixes no devices: there the mask moves to meta."""
+    meta tensors; any other op (`where`) mixes no devices: there the mask moves to meta. Only for a
+    workload that says its masks meet activations so (Workload.host_masks): the mode costs a Python
+    call on every op of a prediction, 15% or more of Lumina2's, whose host input never meets one."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:

@@ -31,6 +31,8 @@ class Workload:
     # keyword inputs the model reads in Python (a caption mask's lengths): built on the meta device,
     # they are CPU tensors, and a prediction keeps them so (NOTE [ Inputs read in Python ])
     host_inputs: tuple[str, ...] = ()
+    # masks made of those values meet activations outside an index (predict.HostMasksMeetMeta)
+    host_masks: bool = False
 
     def step(self) -> torch.Tensor:
         for t in self.grad_inputs:

@@ -60,6 +60,9 @@ class Family:
     # Inputs whose values the model reads in Python (`mask.sum(1).tolist()`): the meta device has
     # no values, so a build on it makes these on the CPU (Workload.host_inputs).
     host_inputs: tuple[str, ...] = ()
+    # Whether the model makes masks of those inputs' values that then meet its activations outside an
+    # index (`where(mask, ...)`): a prediction moves them onto meta there (Workload.host_masks).
+    host_masks: bool = False
     # Block class name -> its feed-forward side as SimpleTuner's copy of the block checkpoints it for
     # the FFN-only backends (ckptlib/families/ffn_sides.py), where ckptlib.modes.WIRINGS gives the
     # family the "side" scope.

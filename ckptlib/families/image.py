@@ -425,8 +425,10 @@ FAMILIES = (
             ),
         },
         inputs=qwen_image21_inputs,
-        # its layout mask repeats the joint sequence's slots and indexes the latents into them
+        # its layout mask repeats the joint sequence's slots and indexes the latents into them; a mask
+        # made of the result selects its modulation rows
         host_inputs=("img_mask",),
+        host_masks=True,
         latents=PACKED,
         block_lists={"transformer_blocks": HIDDEN},
         attention=("attn",),

@@ -114,6 +114,7 @@ def build(
         optimizer=adamw_for(model),
         grad_inputs=grad_inputs,
         host_inputs=entry.host_inputs,
+        host_masks=entry.host_masks,
     )
 
 
