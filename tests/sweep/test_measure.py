@@ -39,7 +39,7 @@ def test_sec_per_step_is_the_median_of_the_measured_steps_only():
     assert (stats["warmup_steps"], stats["steps"]) == (2, 5) and losses == [1.0] * 7
 
 
-def test_the_last_warmup_step_finds_the_peak_and_kernels_that_two_more_passes_find(monkeypatch):
+def test_the_last_warmup_step_finds_the_peak_and_kernels_that_a_step_after_the_timed_ones_finds(monkeypatch):
     """NOTE [ What the last warmup step watches ]: with two warmup steps a cell runs its steps and
     nothing more, and finds the CPU peak and attention kernels that a cell with one warmup step
     finds with one watched step after its timed steps."""
