@@ -116,8 +116,7 @@ def run_isolated(
     child = ctx.Process(target=child_main, args=(sender, task, args, visible, log, on_phase is not None), daemon=True)
     started = time.perf_counter()
     try:
-        with interrupts_held():  # one that came while the child was being made lands below, with it known
-            child.start()
+        start_child(child)  # an interrupt that came while the child was being made lands below, with it known
         sender.close()
         result = _await(child, receiver, timeout_s, on_phase)
     finally:  # an interrupt lands here too: the child never outlives its parent
@@ -147,8 +146,7 @@ def answer_in_child(question, builder_module: str, trainings: Collection[str] = 
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_answer, args=(sender, question), daemon=True)
     try:
-        with interrupts_held():
-            child.start()
+        start_child(child)
         sender.close()
         return receiver.recv() if receiver.poll(timeout_s) else None
     except EOFError:
@@ -170,6 +168,32 @@ def _answer(conn, question) -> None:
     except Exception:  # noqa: BLE001 - no answer is an answer: the parent records None
         conn.send(None)
     conn.close()
+
+
+def start_child(child) -> None:
+    """`child.start()` with interrupts held, and without the parent's main script where it has no file."""
+    with interrupts_held(), main_script_unread():
+        child.start()
+
+
+@contextlib.contextmanager
+def main_script_unread():
+    """NOTE [ A main script read from standard input ]: multiprocessing prepares each child of the
+    fork server by running the parent's main script again, by its path (`__main__.__file__`), unless
+    it ran as a module (`-m`). A script piped to `python -` has the path '<stdin>', which no child can
+    open: every cell ended "child exited with code 1 before reporting". A cell's task lives in the
+    sweep's own modules, never in the main script, so where that path is no file the child is made as
+    for `python -c`, whose main has no path."""
+    main = sys.modules["__main__"]
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None or os.path.exists(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 @contextlib.contextmanager

@@ -156,7 +156,8 @@ def test_a_sweeps_own_process_imports_no_torch_and_records_what_its_cells_child_
     a diffusers family (LoRA, so PEFT too) and of a builder of one's own (tests/support/faulty.py:
     checked and fingerprinted by building it) measures its cells in children and records torch's
     facts and the model's fingerprint from one, while the process itself never imports torch, PEFT
-    or diffusers."""
+    or diffusers. The script is piped to `python -`, whose main has no file a child could run again
+    (NOTE [ A main script read from standard input ], sweep/run/isolation.py)."""
     import json
     import sqlite3
     import subprocess
@@ -176,7 +177,9 @@ def test_a_sweeps_own_process_imports_no_torch_and_records_what_its_cells_child_
         "    try:\n        cli.main(['run', *overrides])\n    except SystemExit as stop:\n        print(stop.code)\n"
         "print(sorted(m for m in ('torch', 'peft', 'diffusers') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-"], input=script, capture_output=True, text=True, cwd=tmp_path, timeout=600
+    )
     assert done.stdout.splitlines()[-1] == "[]", done.stdout[-2000:] + done.stderr[-2000:]
     with sqlite3.connect(db) as connection:
         cells = connection.execute(
