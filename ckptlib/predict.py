@@ -263,12 +263,19 @@ def _flops(func, args, kwargs, out) -> int:
 
 # One for the process: a plan's predictions repeat the same blocks at other depths.
 META_OPS = MetaOpCache()
-# A prediction compiles nothing, so its dispatch modes need not be wrapped in torch._disable_dynamo,
-# whose wrapper costs more than a cached op (TorchDispatchMode._should_skip_dynamo).
-_COMPILES_NOTHING = False
 
 
-class CachedMetaOps(TorchDispatchMode):
+class CompilesNothing:
+    """First among the bases of a prediction's dispatch modes: a prediction compiles nothing, so their
+    `__torch_dispatch__` is not wrapped in torch._disable_dynamo, whose wrapper costs more than a cached
+    meta op (TorchDispatchMode._should_skip_dynamo)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class CachedMetaOps(CompilesNothing, TorchDispatchMode):
     """Meta ops answered from `cache` where it has seen them, nothing tracked: the work before a
     prediction's tracked step (`Workload.settle`: a forward for the target and the optimizer's
     first step, which repeat in every prediction of a plan)."""
@@ -276,10 +283,6 @@ class CachedMetaOps(TorchDispatchMode):
     def __init__(self, cache: MetaOpCache = META_OPS):
         super().__init__()
         self.cache = cache
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return _COMPILES_NOTHING
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -293,7 +296,7 @@ class CachedMetaOps(TorchDispatchMode):
         return out
 
 
-class StepCounter(LiveTensorTracker):
+class StepCounter(CompilesNothing, LiveTensorTracker):
     """The live-tensor tracker that also counts the FLOPs of the ops torch has formulas for
     (matmuls, convolutions, attention), recompute included: one dispatch mode, not two, on every op
     of a prediction. Not FlopCounterMode: its module tracker's backward hooks form reference cycles
@@ -305,16 +308,12 @@ class StepCounter(LiveTensorTracker):
         self.flops = 0
         self.cache = cache
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return _COMPILES_NOTHING
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         key = None if self.cache is None else self.cache.key(func, args, kwargs)
         if key is None:
             # not super().__torch_dispatch__: the base class's is wrapped to disable dynamo, whose
-            # wrapper costs more than most meta ops (_COMPILES_NOTHING)
+            # wrapper costs more than most meta ops (CompilesNothing)
             if func is DEVICE_QUERY:  # NOTE [ Device queries ]
                 return args[0].device
             out = func(*args, **kwargs)
@@ -364,17 +363,13 @@ class MasksOnMeta(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-class HostMasksMeetMeta(TorchDispatchMode):
+class HostMasksMeetMeta(CompilesNothing, TorchDispatchMode):
     """NOTE [ Inputs read in Python ], continued: a mask the model derives from a host input's
     values is on the CPU too (Qwen Image 2.1 repeats its joint sequence by its layout mask, then
     selects modulation rows by a mask made from the result). An index op takes such a mask beside
     meta tensors; any other op (`where`) mixes no devices: there the mask moves to meta. Only for a
     workload that says its masks meet activations so (Workload.host_masks): the mode costs a Python
     call on every op of a prediction (about 13% more CPU in Lumina2's, whose host input meets none)."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return _COMPILES_NOTHING
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -353,3 +353,21 @@ def test_a_lokr_layer_saves_its_input_and_an_output_sized_intermediate_and_no_we
     assert len(targets) == 10 and text_inputs < set(targets)
     # what is live at the peak (in the last block's backward), not every tensor saved: within 10%
     assert per_block(lokr) - per_block(None) == pytest.approx(expected, rel=0.10)
+
+
+def test_a_predictions_dispatch_modes_run_their_ops_without_dynamos_wrapper():
+    """CompilesNothing: torch wraps a dispatch mode's `__torch_dispatch__` in torch._disable_dynamo,
+    which costs more than a cached meta op; a prediction's modes are left unwrapped, a plain one not."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ckptlib.predict import CachedMetaOps, HostMasksMeetMeta, StepCounter
+
+    class Plain(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def wrapped(mode) -> bool:
+        return hasattr(mode.__dict__["__torch_dispatch__"], "__wrapped__")
+
+    assert wrapped(Plain)
+    assert not any(map(wrapped, (CachedMetaOps, StepCounter, HostMasksMeetMeta)))
