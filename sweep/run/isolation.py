@@ -24,7 +24,8 @@ from ckptlib.names import TRAINING_MODES
 from sweep.store.results import CellResult
 from sweep.vocabulary import Status
 
-from . import quiet
+from . import quiet, stacks
+from .classify import TRACEBACK_CHARS, failure
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent exits
 # The fork server imports sweep.run.forkserver only; it imports these, with CUDA guarded (NOTE [ The
@@ -105,27 +106,42 @@ def stop_fork_server() -> None:
 def run_isolated(
     task, args: tuple, timeout_s: float, builder_module: str, on_phase=None, trainings: Collection[str] = TRAINING_MODES
 ) -> CellResult:
-    """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended.
-    With `on_phase`, the task also gets `progress=` and the parent hears each phase it reports."""
+    """`task(*args)` in a child process; returns its CellResult, or one naming how the child ended
+    (and where it was: NOTE [ Where a cell died ] in sweep/run/stacks.py). With `on_phase`, the task
+    also gets `progress=` and the parent hears each phase it reports."""
     ctx = fork_server(builder_module, trainings)
     receiver, sender = ctx.Pipe(duplex=False)
     # The fork server's environment is that of the first cell's launcher process; a launcher (Ray)
     # may since have assigned this process another GPU.
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     log = os.environ.get(quiet.LOG_ENV)  # this sweep's log: the fork server may have started for an earlier one
-    child = ctx.Process(target=child_main, args=(sender, task, args, visible, log, on_phase is not None), daemon=True)
     started = time.perf_counter()
-    try:
-        start_child(child)  # an interrupt that came while the child was being made lands below, with it known
-        sender.close()
-        result = _await(child, receiver, timeout_s, on_phase)
-    finally:  # an interrupt lands here too: the child never outlives its parent
-        if child.is_alive():
-            child.kill()
-            child.join()
-        receiver.close()
+    with stacks.stack_file() as stack:
+        child = ctx.Process(
+            target=child_main, args=(sender, task, args, visible, log, on_phase is not None, stack), daemon=True
+        )
+        try:
+            start_child(child)  # an interrupt that came while the child was being made lands below, with it known
+            sender.close()
+            result = _await(child, receiver, timeout_s, on_phase)
+        finally:  # an interrupt lands here too: the child never outlives its parent
+            if child.is_alive():
+                child.kill()
+                child.join()
+            receiver.close()
+        if result.status in (Status.CRASHED, Status.TIMEOUT):
+            say_where(result, stack)
     result.timings["wall_s"] = time.perf_counter() - started
     return result
+
+
+def say_where(result: CellResult, stack: str) -> None:
+    """The dead child's stack as the result's traceback, its innermost frame in the reason."""
+    if (dump := stacks.dumped_stack(stack)) is None:
+        return
+    result.traceback = dump[-TRACEBACK_CHARS:]
+    if where := stacks.innermost_frame(dump):
+        result.reason = f"{result.reason}, while in {where}"
 
 
 def answered_with_torch(question, builder: str, training: str, runs_cells: bool = True):
@@ -226,13 +242,22 @@ def _await(child, receiver, timeout_s: float, on_phase) -> CellResult:
         if message is not None:
             result = message
         elif not ready:
-            child.kill()
-            result = CellResult(Status.TIMEOUT, f"no result within {timeout_s:g} s; child killed")
+            stop(child)
+            result = CellResult(Status.TIMEOUT, f"no result within {timeout_s:g} s; child stopped")
         else:
             child.join(timeout=5)
             result = CellResult(Status.CRASHED, exit_reason(child.exitcode))
         child.join(timeout=10)
         return result
+
+
+def stop(child) -> None:
+    """SIGTERM, which has the child dump its stack and end (NOTE [ Where a cell died ]); SIGKILL if
+    it has not ended within the grace."""
+    child.terminate()
+    child.join(timeout=stacks.TERMINATE_GRACE_S)
+    if child.is_alive():
+        child.kill()
 
 
 def exit_reason(code: int | None) -> str:
@@ -265,13 +290,21 @@ def preload_note() -> str | None:
 
 
 def child_main(
-    conn, task, args: tuple, visible_devices: str | None, log: str | None = None, reports_phases: bool = False
+    conn,
+    task,
+    args: tuple,
+    visible_devices: str | None,
+    log: str | None = None,
+    reports_phases: bool = False,
+    stack: str | None = None,
 ) -> None:
     from . import cuda_guard
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent()
+    if stack is not None:
+        stacks.dump_stack_on_death(stack)
     cuda_guard.lift()
     # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
     if visible_devices is None:
@@ -295,8 +328,6 @@ def child_main(
             conn.send(("preload", failed))
         result = task(*args, progress=lambda phase: conn.send(("phase", phase))) if reports_phases else task(*args)
     except Exception as error:  # noqa: BLE001 - a harness error still reaches the database as a status
-        from .classify import failure
-
         result = failure(error)
     result.timings["child_s"] = time.perf_counter() - started
     conn.send(result)

@@ -1,16 +1,18 @@
 """The fork server and its children on a (fake) CUDA host: the server preloads without starting
 CUDA, with Triton installed as on every CUDA image, survives a preload that fails, and hands its
-children an uninitialised CUDA; exit reasons."""
+children an uninitialised CUDA; exit reasons, and where a dead child was (sweep/run/stacks.py)."""
 
 import json
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 import torch
 
 from sweep.run import cuda_guard
 from sweep.run.isolation import exit_reason
+from sweep.run.stacks import innermost_frame
 from tests.support.sweeps import ROOT, SUPPORT
 
 PROBES = "tests.support.fork_server_probes"
@@ -149,6 +151,46 @@ def test_guarded_initialisation_is_an_import_error_and_lifting_restores_torch(fa
 )
 def test_exit_reasons(code, reason):
     assert exit_reason(code) == reason
+
+
+STDLIB = sysconfig.get_paths()["stdlib"]
+# faulthandler's dumps: a fatal signal's (the faulting thread only), and SIGTERM's (every thread)
+FATAL = f"""Fatal Python error: Segmentation fault
+
+Stack (most recent call first):
+  File "{STDLIB}/ctypes/__init__.py", line 519 in string_at
+  File "/work/tests/support/faulty.py", line 29 in __call__
+  File "/work/sweep/run/isolation.py", line 329 in child_main
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)"""
+TERMINATED = f"""Thread 0x00007f126ad526c0 (most recent call first):
+  File "{STDLIB}/threading.py", line 327 in wait
+  File "/venv/lib/python3.11/site-packages/torch/utils/data/loader.py", line 12 in _worker
+
+Current thread 0x00007f126ba47b80 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/cuda/streams.py", line 88 in synchronize
+  File "/work/ckptlib/offload.py", line 140 in reload"""
+NOT_IN_PYTHON = """Thread 0x00007f126ad526c0 (most recent call first):
+  File "/work/a.py", line 1 in helper
+
+Thread 0x00007f126ba47b80 (most recent call first):
+  File "/work/tests/support/faulty.py", line 31 in __call__
+
+Current thread 0x00007f1200000000 (most recent call first):
+  <no Python frame>"""
+
+
+@pytest.mark.parametrize(
+    "dump, where",
+    [
+        (FATAL, "support/faulty.py line 29 (__call__)"),  # Python's own library: its caller says more
+        (TERMINATED, "cuda/streams.py line 88 (synchronize)"),  # an installed package is no standard library
+        (NOT_IN_PYTHON, "support/faulty.py line 31 (__call__)"),  # the main thread, listed last
+        ("Fatal Python error: Aborted\n\nStack (most recent call first):\n  <no Python frame>", None),
+    ],
+)
+def test_a_dead_childs_innermost_frame(dump, where):
+    assert innermost_frame(dump) == where
 
 
 def test_imports_pause_the_collector_and_leave_it_as_it_was():

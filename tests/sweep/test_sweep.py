@@ -15,6 +15,7 @@ from sweep.run.app import should_run
 from tests.support.sweeps import (
     FAST,
     ROOT,
+    SUPPORT,
     claimed,
     query,
     run_sweep,
@@ -111,8 +112,21 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
             "invalid",
             "segment stride must be at least the checkpointing interval (stride 2 < interval 4)",
         )
-    assert "SIGSEGV" in rows[("segfault", "layer")][1]
-    assert "within 4 s" in rows[("hang", "layer")][1]
+    # NOTE [ Where a cell died ]: the line of tests/support/faulty.py each fault ran
+    source = (SUPPORT / "faulty.py").read_text().splitlines()
+    segfault, sleep = (
+        1 + source.index(line) for line in ("            ctypes.string_at(0)", "            time.sleep(3600)")
+    )
+    assert rows[("segfault", "layer")][1] == (
+        f"child died by SIGSEGV before reporting, while in support/faulty.py line {segfault} (__call__)"
+    )
+    assert (
+        rows[("hang", "layer")][1]
+        == f"no result within 4 s; child stopped, while in support/faulty.py line {sleep} (__call__)"
+    )
+    [(dump,)] = query(db, "select traceback from cells where preset='segfault' and mode='layer'")
+    assert "Fatal Python error: Segmentation fault" in dump and "in faulty_step" in dump
+    assert "Extension modules" not in dump
     assert "injected failure" in rows[("raise", "layer")][1]
     assert "exited with code 3" in rows[("exit", "layer")][1]
     [(traceback,)] = query(db, "select traceback from cells where preset='raise' and mode='layer'")
