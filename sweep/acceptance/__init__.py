@@ -5,17 +5,19 @@ invocations that each fit a GPU session (core checks, then studies):
     python scripts/gpu_acceptance.py --out acceptance/ --part studies   # compile, attention, batch: 97 s
 
 Each check runs in a process group of its own with a hard timeout (its sweeps, fork servers and
-cells are killed with it), so one failure does not hide the rest. After every check the output
-folder holds results.db (every measured cell), summary.md (every check, passed or not yet run),
-one JSON file and one log per check (the sweeps' output streams into it). Running the same command
-again skips the checks that passed and runs the rest; an invocation stops starting checks when its
-time budget (--budget-s) is spent. `--device cpu` runs the same checks tiny; those that need CUDA
-say so as `skipped`. The exit status is 1 when a check failed.
+cells are stopped with it, the check writing its stack into its log first), so one failure does not
+hide the rest. After every check the output folder holds results.db (every measured cell),
+summary.md (every check, passed or not yet run), one JSON file and one log per check (the sweeps'
+output streams into it). Running the same command again skips the checks that passed and runs the
+rest; an invocation stops starting checks when its time budget (--budget-s) is spent. `--device cpu`
+runs the same checks tiny; those that need CUDA say so as `skipped`. The exit status is 1 when a
+check failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -24,6 +26,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from sweep.run.stacks import TERMINATE_GRACE_S, dump_stack_on_death
 
 from . import checks, studies
 from .common import SCALES, Check, CheckResult, CheckStatus, Target
@@ -46,16 +50,21 @@ MIN_START_S = 60  # a check is not started with less of the budget left
 
 def run_in_group(command: list[str], log: Path, timeout_s: float) -> int | None:
     """`command` in a process group of its own, output appended to `log`; its exit status, or None
-    when it ran past `timeout_s` and the group (its sweeps, fork servers and cells) was killed."""
+    when it ran past `timeout_s` and the group (its sweeps, fork servers and cells) was stopped:
+    SIGTERM, on which a check writes its stack into the log (NOTE [ Where a cell died ] in
+    sweep/run/stacks.py), then SIGKILL for what is left after the grace."""
     with log.open("a") as stream:
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             return process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=TERMINATE_GRACE_S)
             return None
         finally:
             if process.poll() is None or _group_alive(process.pid):
-                _kill_group(process.pid)
+                _signal_group(process.pid, signal.SIGKILL)
                 process.wait()
 
 
@@ -67,11 +76,9 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
 
 
 def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> CheckResult:
@@ -83,7 +90,7 @@ def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> CheckRes
     seconds = time.perf_counter() - started
     result = out / "checks" / f"{name}.json"
     if returncode is None:
-        reason = f"no result within {timeout_s:.0f} s (its process group was killed); see logs/{name}.log"
+        reason = f"no result within {timeout_s:.0f} s (its process group was stopped); its stack ends logs/{name}.log"
         return CheckResult(name, CheckStatus.FAILED, [reason], seconds=seconds)
     if not result.exists():
         reason = f"the check's process exited with {returncode} before reporting; see logs/{name}.log"
@@ -145,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
+    if options.check:  # a check that hangs says where when its time is up
+        dump_stack_on_death(sys.stderr)
     from sweep.machine.environment import resolve_device
 
     device = resolve_device(options.device)

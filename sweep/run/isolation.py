@@ -304,7 +304,7 @@ def child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent()
     if stack is not None:
-        stacks.dump_stack_on_death(stack)
+        stacks.dump_stack_on_death(open(stack, "w"))  # noqa: SIM115 - written to until the child ends
     cuda_guard.lift()
     # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
     if visible_devices is None:

@@ -7,7 +7,8 @@ faulting thread, from the signal handler, which needs no working interpreter) an
 thread; then the default action ends it). The parent stops a child at its time limit with SIGTERM and
 kills it only if it outlives TERMINATE_GRACE_S; it records the dump as the cell's traceback and the
 innermost frame in the reason. A child killed outright (SIGKILL: the host's OOM killer, a lost
-worker) writes nothing, and its reason stays how it ended.
+worker) writes nothing, and its reason stays how it ended. An acceptance check's process does the
+same into its log (sweep/acceptance: a check that hangs on its first GPU says where).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 TERMINATE_GRACE_S = 10.0  # a child at its time limit has this long to write its stack and end
 _HEADER = re.compile(r"^(?P<name>.*) \(most recent call first\):$")
@@ -41,9 +43,9 @@ def stack_file() -> Iterator[str]:
             os.unlink(path)
 
 
-def dump_stack_on_death(path: str) -> None:
-    """In the child: its stack goes to `path` on a fatal signal or SIGTERM (NOTE [ Where a cell died ])."""
-    file = open(path, "w")  # noqa: SIM115 - faulthandler writes to it until the process ends
+def dump_stack_on_death(file: TextIO) -> None:
+    """This process's stack goes to `file` on a fatal signal or SIGTERM, which then end it as before
+    (NOTE [ Where a cell died ]); faulthandler keeps `file` open until the process ends."""
     faulthandler.enable(file=file, all_threads=False)
     faulthandler.register(signal.SIGTERM, file=file, all_threads=True, chain=True)
 
