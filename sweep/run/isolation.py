@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Collection
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 
 from ckptlib.names import TRAINING_MODES
 from sweep.store.results import CellResult
@@ -118,11 +118,14 @@ def run_isolated(
     started = time.perf_counter()
     with stacks.stack_file() as stack:
         child = ctx.Process(
-            target=child_main, args=(sender, task, args, visible, log, on_phase is not None, stack), daemon=True
+            target=child_main,
+            args=(sender, task, args, visible, log, on_phase is not None, stack.for_child),
+            daemon=True,
         )
         try:
             start_child(child)  # an interrupt that came while the child was being made lands below, with it known
             sender.close()
+            stack.handed_over()
             result = _await(child, receiver, timeout_s, on_phase)
         finally:  # an interrupt lands here too: the child never outlives its parent
             if child.is_alive():
@@ -135,9 +138,9 @@ def run_isolated(
     return result
 
 
-def say_where(result: CellResult, stack: str) -> None:
+def say_where(result: CellResult, stack: stacks.StackFile) -> None:
     """The dead child's stack as the result's traceback, its innermost frame in the reason."""
-    if (dump := stacks.dumped_stack(stack)) is None:
+    if (dump := stack.dumped()) is None:
         return
     result.traceback = dump[-TRACEBACK_CHARS:]
     if where := stacks.innermost_frame(dump):
@@ -296,7 +299,7 @@ def child_main(
     visible_devices: str | None,
     log: str | None = None,
     reports_phases: bool = False,
-    stack: str | None = None,
+    stack: Connection | None = None,
 ) -> None:
     from . import cuda_guard
 
@@ -304,7 +307,7 @@ def child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent()
     if stack is not None:
-        stacks.dump_stack_on_death(open(stack, "w"))  # noqa: SIM115 - written to until the child ends
+        stacks.dump_stack_on_death(stack)
     cuda_guard.lift()
     # Before anything can start CUDA: this cell's GPUs, numbered in NVML's (PCI bus) order.
     if visible_devices is None:

@@ -2,13 +2,14 @@
 
 NOTE [ Where a cell died ]: a child that dies by a signal (a segfault in a kernel, an abort in a C++
 library) or is stopped at its time limit sends no result, and its exit code says only how it ended.
-So each child has faulthandler write its stack into a file of its own: on a fatal signal (the
-faulting thread, from the signal handler, which needs no working interpreter) and on SIGTERM (every
-thread; then the default action ends it). The parent stops a child at its time limit with SIGTERM and
-kills it only if it outlives TERMINATE_GRACE_S; it records the dump as the cell's traceback and the
-innermost frame in the reason. A child killed outright (SIGKILL: the host's OOM killer, a lost
-worker) writes nothing, and its reason stays how it ended. An acceptance check's process does the
-same into its log (sweep/acceptance: a check that hangs on its first GPU says where).
+So each child has faulthandler write its stack into a file of its own (StackFile, which has no name:
+a parent killed outright leaves nothing behind): on a fatal signal (the faulting thread, from the
+signal handler, which needs no working interpreter) and on SIGTERM (every thread; then the default
+action ends it). The parent stops a child at its time limit with SIGTERM and kills it only if it
+outlives TERMINATE_GRACE_S; it records the dump as the cell's traceback and the innermost frame in
+the reason. A child killed outright (SIGKILL: the host's OOM killer, a lost worker) writes nothing,
+and its reason stays how it ended. An acceptance check's process does the same into its log
+(sweep/acceptance: a check that hangs on its first GPU says where).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import sysconfig
 import tempfile
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TextIO
 
@@ -31,30 +33,48 @@ _CURRENT = ("Current thread", "Stack")  # the dumping thread: all threads dumped
 _STANDARD_LIBRARY = sysconfig.get_paths()["stdlib"] + os.sep
 
 
+class StackFile:
+    """An anonymous file (no name from the start: a parent killed outright leaves nothing behind)
+    that one child writes its stack into. The child gets its descriptor as it gets its result pipe:
+    a Connection, which multiprocessing hands to the fork server with the child's arguments."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()
+        self.for_child: Connection | None = Connection(os.dup(self._file.fileno()), readable=False)
+
+    def handed_over(self) -> None:
+        """The child has its descriptor: this process's copy of it is closed."""
+        if self.for_child is not None:
+            self.for_child.close()
+            self.for_child = None
+
+    def dumped(self) -> str | None:
+        """What the child dumped (less the list of extension modules a fatal error adds: a hundred
+        names, none of which says where), None when it dumped nothing."""
+        self._file.seek(0)
+        lines = self._file.read().decode(errors="replace").splitlines()
+        return "\n".join(line for line in lines if not line.startswith("Extension modules:")).strip() or None
+
+    def close(self) -> None:
+        self.handed_over()
+        self._file.close()
+
+
 @contextlib.contextmanager
-def stack_file() -> Iterator[str]:
-    """A file for one child's stack, removed when the block ends."""
-    handle, path = tempfile.mkstemp(prefix="ckpt-sweep-stack-", suffix=".txt")
-    os.close(handle)
+def stack_file() -> Iterator[StackFile]:
+    """A StackFile for one child, closed when the block ends."""
+    stack = StackFile()
     try:
-        yield path
+        yield stack
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        stack.close()
 
 
-def dump_stack_on_death(file: TextIO) -> None:
+def dump_stack_on_death(file: TextIO | Connection) -> None:
     """This process's stack goes to `file` on a fatal signal or SIGTERM, which then end it as before
-    (NOTE [ Where a cell died ]); faulthandler keeps `file` open until the process ends."""
+    (NOTE [ Where a cell died ]); faulthandler holds `file` (its descriptor open) until the process ends."""
     faulthandler.enable(file=file, all_threads=False)
     faulthandler.register(signal.SIGTERM, file=file, all_threads=True, chain=True)
-
-
-def dumped_stack(path: str) -> str | None:
-    """What the child dumped into `path` (less the list of extension modules a fatal error adds:
-    a hundred names, none of which says where), None when it dumped nothing."""
-    lines = Path(path).read_text(errors="replace").splitlines()
-    return "\n".join(line for line in lines if not line.startswith("Extension modules:")).strip() or None
 
 
 def innermost_frame(dump: str) -> str | None:

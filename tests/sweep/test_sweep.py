@@ -255,9 +255,11 @@ def test_interrupted_sweep_stops_cleanly_and_resumes_without_duplicates(tmp_path
 @pytest.mark.long
 def test_a_killed_sweep_leaves_no_cell_running(tmp_path):
     """kill -9: no handler runs, yet the fork server and its hanging cell die with it
-    (isolation.die_with_parent) instead of holding the device for an hour."""
-    db = tmp_path / "r.db"
-    process = start_sweep(db, "sweep=none", "family=faulty", "preset=hang", *FAST)
+    (isolation.die_with_parent) instead of holding the device for an hour, and the file the cell
+    would have written its stack into leaves nothing behind (stacks.StackFile)."""
+    db, temporary = tmp_path / "r.db", tmp_path / "tmp"
+    temporary.mkdir()
+    process = start_sweep(db, "sweep=none", "family=faulty", "preset=hang", *FAST, extra_env={"TMPDIR": str(temporary)})
     deadline = time.time() + 120
     while not (claimed(db) and sum("forkserver" in args for *_, args in session_processes(process.pid)) >= 2):
         assert process.poll() is None and time.time() < deadline, session_processes(
@@ -270,6 +272,8 @@ def test_a_killed_sweep_leaves_no_cell_running(tmp_path):
     while session_processes(process.pid) and time.time() < deadline:
         time.sleep(0.2)
     assert session_processes(process.pid) == []
+    left = [path.name for path in temporary.iterdir() if not path.name.startswith("pymp-")]  # multiprocessing's
+    assert left == [], left
 
 
 @pytest.mark.parametrize(
