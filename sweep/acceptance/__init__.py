@@ -90,7 +90,7 @@ def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> CheckRes
     seconds = time.perf_counter() - started
     result = out / "checks" / f"{name}.json"
     if returncode is None:
-        reason = f"no result within {timeout_s:.0f} s (its process group was stopped); its stack ends logs/{name}.log"
+        reason = f"no result within {timeout_s:.0f} s (its group was stopped); where it was ends logs/{name}.log"
         return CheckResult(name, CheckStatus.FAILED, [reason], seconds=seconds)
     if not result.exists():
         reason = f"the check's process exited with {returncode} before reporting; see logs/{name}.log"

@@ -173,7 +173,7 @@ def hang(target, out):
 acceptance.CHECKS["hang"] = acceptance.Check(hang, 600)
 sys.exit(acceptance.main(["--check", "hang", "--device", "cpu", "--out", {str(out)!r}]))
 """
-    # 20 s: the check process starts, imports the acceptance module and starts its child in well under one
+    # 20 s: the check process starts, imports sweep.acceptance and starts its child in about a second
     assert run_in_group([sys.executable, "-c", hanging], log, timeout_s=20) is None
     assert_ended(int(pidfile.read_text()))
     text = log.read_text()
