@@ -330,7 +330,9 @@ def child_main(
         if failed:
             conn.send(("preload", failed))
         result = task(*args, progress=lambda phase: conn.send(("phase", phase))) if reports_phases else task(*args)
-    except Exception as error:  # noqa: BLE001 - a harness error still reaches the database as a status
+    # a harness error, or a cell's own code ending its process (sys.exit), still reaches the database as a
+    # status, with its traceback
+    except (Exception, SystemExit) as error:  # noqa: BLE001
         result = failure(error)
     result.timings["child_s"] = time.perf_counter() - started
     conn.send(result)

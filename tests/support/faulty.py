@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 
 from ckptlib import UnsupportedModeError, synthetic
 from ckptlib.synthetic import resolve_shape as _resolve_synthetic
 
-PRESETS = ("ok", "ok-wide", "oom", "segfault", "hang", "raise", "unsupported", "slow", "exit")
+PRESETS = ("ok", "ok-wide", "oom", "segfault", "hang", "raise", "unsupported", "slow", "exit", "sys-exit")
 
 
 def resolve_shape(preset: str, **overrides):
@@ -33,6 +34,8 @@ class FaultyStep:
             raise RuntimeError("injected failure in a measured step")
         if self.fault == "exit":
             os._exit(3)
+        if self.fault == "sys-exit":
+            sys.exit("the model's weights are missing (injected)")
         if self.fault == "slow":
             time.sleep(0.3)
 

@@ -33,6 +33,7 @@ FAULTS = {
     "raise": "failed",
     "unsupported": "unsupported",
     "exit": "crashed",
+    "sys-exit": "failed",
 }
 
 
@@ -129,8 +130,13 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
     assert "Extension modules" not in dump
     assert "injected failure" in rows[("raise", "layer")][1]
     assert "exited with code 3" in rows[("exit", "layer")][1]
+    assert rows[("sys-exit", "layer")][1] == "SystemExit: the model's weights are missing (injected)"
     [(traceback,)] = query(db, "select traceback from cells where preset='raise' and mode='layer'")
     assert "RuntimeError: injected failure" in traceback
+    [(traceback,)] = query(db, "select traceback from cells where preset='sys-exit' and mode='layer'")
+    assert 'faulty.py", line' in traceback and traceback.rstrip().endswith(
+        "SystemExit: the model's weights are missing (injected)"
+    )
     [(sec, peak, n_measured, n_warmup, steps, warmup, loss)] = query(
         db,
         """select sec_per_step, peak_bytes,
@@ -156,7 +162,7 @@ def test_every_fault_gets_its_status_and_a_rerun_executes_nothing(tmp_path):
 
     retried = run_sweep(db, *others, "run.rerun=failed")  # (a timeout is retried the same way: RETRYABLE)
     ran = {line["preset"] for line in json_lines(retried.stdout) if not line["skipped"]}
-    assert ran == {"raise", "segfault", "exit"}
+    assert ran == {"raise", "segfault", "exit", "sys-exit"}
     # the earlier attempts stay; only the latest is current
     assert query(db, "select count(*), sum(is_current) from cells where preset = 'raise' and mode = 'layer'") == [
         (2, 1)
