@@ -116,7 +116,7 @@ def run_isolated(
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     log = os.environ.get(quiet.LOG_ENV)  # this sweep's log: the fork server may have started for an earlier one
     started = time.perf_counter()
-    with stacks.stack_file() as stack:
+    with stacks.StackFile() as stack:
         child = ctx.Process(
             target=child_main,
             args=(sender, task, args, visible, log, on_phase is not None, stack.for_child),

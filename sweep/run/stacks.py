@@ -14,14 +14,12 @@ and its reason stays how it ended. An acceptance check's process does the same i
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import os
 import re
 import signal
 import sysconfig
 import tempfile
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TextIO
@@ -55,19 +53,12 @@ class StackFile:
         lines = self._file.read().decode(errors="replace").splitlines()
         return "\n".join(line for line in lines if not line.startswith("Extension modules:")).strip() or None
 
-    def close(self) -> None:
+    def __enter__(self) -> StackFile:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
         self.handed_over()
         self._file.close()
-
-
-@contextlib.contextmanager
-def stack_file() -> Iterator[StackFile]:
-    """A StackFile for one child, closed when the block ends."""
-    stack = StackFile()
-    try:
-        yield stack
-    finally:
-        stack.close()
 
 
 def dump_stack_on_death(file: TextIO | Connection) -> None:
@@ -92,7 +83,7 @@ def innermost_frame(dump: str) -> str | None:
     if not with_frames:
         return None
     current = [frames for name, frames in with_frames if name.startswith(_CURRENT)]
-    frames = (current or [with_frames[-1][1]])[0]
+    frames = current[0] if current else with_frames[-1][1]
     frame = next((frame for frame in frames if not _in_standard_library(frame["path"])), frames[0])
     where = "/".join(Path(frame["path"]).parts[-2:])
     return f"{where} line {frame['line']} ({frame['function']})"
