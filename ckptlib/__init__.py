@@ -24,6 +24,8 @@ _EXPORTS = {
     "Backend": "config",
     "CheckpointConfig": "config",
     "FFN_SCOPES": "config",
+    "COMPILE_MODES": "compile",
+    "Compiler": "compile",
     "LiveTensorTracker": "memory",
     "MODES": "modes",
     "BlockPlan": "plan",

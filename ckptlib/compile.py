@@ -36,7 +36,9 @@ _VARIANT_CODE: dict[tuple[types.CodeType, tuple[str, ...]], types.CodeType] = {}
 
 @dataclass(frozen=True)
 class Compiler:
-    """How `apply` treats the functions it wraps or runs, for one compile mode."""
+    """How `apply` treats the functions it wraps or runs, for one compile mode; `backend` is
+    torch.compile's (Inductor, as in training; `aot_eager_decomp_partition` traces and partitions
+    as Inductor does and runs eager kernels instead of generating its own)."""
 
     mode: str = "none"
     backend: str = "inductor"

@@ -291,30 +291,30 @@ def apply(
     *,
     streams_for: Callable | None = None,
     host_bytes: int | None = None,
-    compile: str = "none",
+    compile: str | Compiler = "none",
 ) -> CheckpointHandle:
     """Patch `model` to run `config`'s plan on every block list of `spec`; returns the handle to undo it.
 
-    `compile` (ckptlib/compile.py: none | regional | full) compiles the blocks' compute under the
-    plan; the plan's own wrappers stay eager.
+    `compile` (ckptlib/compile.py: none | regional | full, or a `Compiler` naming torch.compile's
+    backend too) compiles the blocks' compute under the plan; the plan's own wrappers stay eager.
 
     `streams_for(device)` gives the offloader its streams (ckptlib/streams.py; the predictor passes
     a model of CUDA's), by default the device's own. `host_bytes` is the host memory the offload
     pool may take `config.host_memory_share` of, by default what this host has available."""
-    compiler = Compiler(compile)
+    compiler = compile if isinstance(compile, Compiler) else Compiler(compile)
     block_lists = {path: _block_list(model, path, spec) for path in spec.block_lists}
     _check_supported(config, spec, block_lists)
     device_type = next(model.parameters()).device.type
     if reason := compiler.unavailable(device_type):
-        raise UnsupportedModeError(f"compile {compile}: {reason}")
+        raise UnsupportedModeError(f"compile {compiler.mode}: {reason}")
     if compiler.compiles and config.offload_attention_in_regions:
         raise UnsupportedModeError(
-            f"compile {compile}: attention offload inside recomputed regions does not run compiled "
+            f"compile {compiler.mode}: attention offload inside recomputed regions does not run compiled "
             "(its hooks would sit inside the compiled block); seg2-stride4-offload-plain offloads in plain blocks"
         )
     if compiler.compiles and config.offload_attention and config.attention_offload_scope == "kernel":
         raise UnsupportedModeError(
-            f"compile {compile}: attention offload around the kernel does not run compiled (its hooks would sit "
+            f"compile {compiler.mode}: attention offload around the kernel does not run compiled (its hooks would sit "
             "inside the compiled attention); mode.attention_offload_scope=module offloads the whole attention"
         )
     try:

@@ -7,8 +7,7 @@ import torch._dynamo
 import torch._inductor.config as inductor_config
 
 import ckptlib
-from ckptlib import MODES, CheckpointConfig, UnsupportedModeError, synthetic
-from ckptlib.compile import COMPILE_MODES, Compiler
+from ckptlib import COMPILE_MODES, MODES, CheckpointConfig, Compiler, UnsupportedModeError, synthetic
 from ckptlib.families import build
 
 if reason := Compiler("regional").unavailable("cpu"):
@@ -25,11 +24,22 @@ SCHEDULE_COUNTERS = (
     "attention_offload_skipped",
 )
 FIRST_BLOCKS = CheckpointConfig("unsloth", blocks=3)  # the non-uniform form: only the first k blocks
-# One worker compiles each model's cases, one after another: the kernels Inductor generated and built
-# for one case are found in its cache by the next (its default FX graph cache), where three workers
-# would each build the same ones at once. The two models share few kernels, so Flux.1's cases are a
-# group of their own. With a cold cache this file took 100 s on two cores grouped, 123 s spread over
-# three workers (pytest 9.2 spread every group: test_this_modules_cases_run_on_one_worker).
+# Inductor builds every new graph's kernels with g++, about half a second each on two cores: most of
+# this file's time. What ckptlib adds to a compiled step (eager wrappers around compiled forwards, a
+# code object per block variant, the report's counters, offload hooks on a compiled graph's saved
+# tensors) is settled before code generation, by Dynamo's graphs, AOTAutograd's decompositions and
+# the min-cut partitioner, which `aot_eager_decomp_partition` runs as Inductor does, with eager
+# kernels in place of generated ones. So every schedule compiles with Inductor on the synthetic
+# model, whose cases share kernels through Inductor's cache; the graphs no other case shares (the
+# synthetic model whole, Flux.1's blocks) are partitioned without code generation.
+INDUCTOR = "inductor"
+PARTITIONED = "aot_eager_decomp_partition"
+# One worker compiles this file's Inductor cases, one after another: the kernels Inductor generated
+# and built for one case are found in its cache by the next (its default FX graph cache), where three
+# workers would each build the same ones at once. With a cold cache this file took 100 s on two cores
+# grouped, 123 s spread over three workers (pytest 9.2 spread every group:
+# test_this_modules_cases_run_on_one_worker), all on Inductor. Flux.1's cases, which build no kernels,
+# are a group of their own, run beside it.
 pytestmark = pytest.mark.xdist_group("inductor")
 
 
@@ -65,9 +75,10 @@ def train_step(builder, preset, config, compile, **shape):
     return loss, grads, handle.report, graphs
 
 
-def assert_compiled_matches_eager(builder, preset, config, compile):
+def assert_compiled_matches_eager(builder, preset, config, compile, backend=INDUCTOR):
     loss, grads, report, _ = train_step(builder, preset, config, "none")
-    compiled_loss, compiled_grads, compiled_report, graphs = train_step(builder, preset, config, compile)
+    compiler = Compiler(compile, backend=backend)
+    compiled_loss, compiled_grads, compiled_report, graphs = train_step(builder, preset, config, compiler)
     assert graphs > 0, "nothing was compiled"
     torch.testing.assert_close(compiled_loss, loss, rtol=1e-5, atol=1e-6)
     assert compiled_grads.keys() == grads.keys()
@@ -89,13 +100,15 @@ SYNTHETIC_CASES = {
 
 # every backend and schedule compiled regionally; under full compilation, one of each backend
 FULL_CASES = ["none", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
-CASES = [(mode, "regional") for mode in SYNTHETIC_CASES] + [(mode, "full") for mode in FULL_CASES]
+CASES = [(mode, "regional", INDUCTOR) for mode in SYNTHETIC_CASES] + [
+    (mode, "full", PARTITIONED if mode == "none" else INDUCTOR) for mode in FULL_CASES
+]
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("mode, compile", CASES)
-def test_synthetic_compiled_step_matches_eager(mode, compile):
-    assert_compiled_matches_eager(synthetic.build, "tiny", SYNTHETIC_CASES[mode], compile)
+@pytest.mark.parametrize("mode, compile, backend", CASES)
+def test_synthetic_compiled_step_matches_eager(mode, compile, backend):
+    assert_compiled_matches_eager(synthetic.build, "tiny", SYNTHETIC_CASES[mode], compile, backend)
 
 
 def flux1(preset, **kwargs):
@@ -103,11 +116,11 @@ def flux1(preset, **kwargs):
 
 
 @pytest.mark.long
-@pytest.mark.xdist_group("inductor-flux1")
+@pytest.mark.xdist_group("partitioned-flux1")
 @pytest.mark.parametrize("mode", ["layer", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"])
 def test_flux_compiled_step_matches_eager(mode):
     """A real family's two block lists under regional compilation, one schedule of each backend."""
-    assert_compiled_matches_eager(flux1, "tiny", MODES[mode], "regional")
+    assert_compiled_matches_eager(flux1, "tiny", MODES[mode], "regional", PARTITIONED)
 
 
 def test_identical_blocks_share_one_graph():
