@@ -46,6 +46,14 @@ class Compiler:
     def __post_init__(self) -> None:
         if self.mode not in COMPILE_MODES:
             raise ValueError(f"unknown compile mode {self.mode!r}; valid modes: {', '.join(COMPILE_MODES)}")
+        if self.backend != "inductor":  # torch.compile checks its backend only when a function is compiled
+            import torch._dynamo
+
+            backends = torch._dynamo.list_backends(exclude_tags=())
+            if self.backend not in backends:
+                raise ValueError(
+                    f"unknown torch.compile backend {self.backend!r}; valid backends: {', '.join(backends)}"
+                )
 
     @property
     def compiles(self) -> bool:

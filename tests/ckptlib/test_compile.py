@@ -164,3 +164,10 @@ def test_unknown_compile_mode_is_rejected():
     with pytest.raises(ValueError, match="unknown compile mode 'max'; valid modes: none, regional, full"):
         Compiler("max")
     assert COMPILE_MODES == ("none", "regional", "full")
+
+
+def test_an_unknown_backend_is_rejected_before_anything_is_patched():
+    """torch.compile itself would refuse it only when apply compiled a block, halfway through patching."""
+    with pytest.raises(ValueError, match="unknown torch.compile backend 'nope'; valid backends: .*aot_eager_decomp"):
+        Compiler("regional", backend="nope")
+    assert Compiler("regional", backend=PARTITIONED).compiles
