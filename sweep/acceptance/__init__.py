@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from sweep.run.stacks import TERMINATE_GRACE_S, dump_stack_on_death
+from sweep.run.stacks import TERMINATE_GRACE_S, dump_stack_on_death, innermost_frame
 
 from . import checks, studies
 from .common import SCALES, Check, CheckResult, CheckStatus, Target
@@ -85,19 +85,31 @@ def _run_one(name: str, target: Target, out: Path, timeout_s: float) -> CheckRes
     log = out / "logs" / f"{name}.log"
     command = [sys.executable, "-m", "sweep.acceptance", "--check", name, "--device", target.device]
     command += ["--scale", target.scale, "--out", str(out), "--families", ",".join(target.families)]
+    since = log.stat().st_size if log.exists() else 0  # the log holds earlier invocations' runs too
     started = time.perf_counter()
     returncode = run_in_group(command, log, timeout_s)
     seconds = time.perf_counter() - started
     result = out / "checks" / f"{name}.json"
     if returncode is None:
-        reason = f"no result within {timeout_s:.0f} s (its group was stopped); where it was ends logs/{name}.log"
-        return CheckResult(name, CheckStatus.FAILED, [reason], seconds=seconds)
+        return CheckResult(name, CheckStatus.FAILED, [stopped_reason(log, since, timeout_s)], seconds=seconds)
     if not result.exists():
         reason = f"the check's process exited with {returncode} before reporting; see logs/{name}.log"
         return CheckResult(name, CheckStatus.FAILED, [reason], seconds=seconds)
     outcome = CheckResult(**json.loads(result.read_text()))
     outcome.seconds = seconds
     return outcome
+
+
+def stopped_reason(log: Path, since: int, timeout_s: float) -> str:
+    """Why a check stopped at its time limit failed, and where its Python was, from the stack it wrote
+    into its log from byte `since` on; a process stuck where no signal handler runs writes none."""
+    with log.open("rb") as stream:
+        stream.seek(since)
+        where = innermost_frame(stream.read().decode(errors="replace"))
+    stopped = f"no result within {timeout_s:.0f} s (its group was stopped)"
+    if where is None:
+        return f"{stopped}; where it was ends logs/{log.name}"
+    return f"{stopped}, while in {where}; its stack ends logs/{log.name}"
 
 
 def recorded(out: Path) -> dict[str, CheckResult]:

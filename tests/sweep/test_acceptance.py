@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sweep.acceptance import CHECKS, run_in_group
+from sweep.acceptance import CHECKS, run_in_group, stopped_reason
 from tests.support.sweeps import ROOT, SUPPORT
 
 FAKE_CUDA = {
@@ -162,8 +162,9 @@ def test_a_check_and_everything_it_started_end_together_when_it_exits(tmp_path):
 
 def test_a_check_past_its_timeout_is_stopped_with_all_it_started_and_its_log_says_where_it_was(tmp_path):
     """At its time limit a check's group is stopped, and the check's process writes its stack into its
-    log first (NOTE [ Where a cell died ] in sweep/run/stacks.py): run here by the script's own
-    entry, as `--check`, with a check that starts a process and hangs."""
+    log first (NOTE [ Where a cell died ] in sweep/run/stacks.py), from which the summary's reason
+    says where it was (not from an earlier invocation's stack in the same log): run here by the
+    script's own entry, as `--check`, with a check that starts a process and hangs."""
     pidfile, log, out = tmp_path / "grandchild.pid", tmp_path / "check.log", tmp_path / "out"
     hanging = f"""import subprocess, sys, time
 import sweep.acceptance as acceptance
@@ -174,10 +175,20 @@ acceptance.CHECKS["hang"] = acceptance.Check(hang, 600)
 sys.exit(acceptance.main(["--check", "hang", "--device", "cpu", "--out", {str(out)!r}]))
 """
     # 20 s: the check process starts, imports sweep.acceptance and starts its child in about a second
+    log.write_text('Current thread 0x1 (most recent call first):\n  File "earlier.py", line 9 in stuck\n')
+    since = log.stat().st_size
     assert run_in_group([sys.executable, "-c", hanging], log, timeout_s=20) is None
     assert_ended(int(pidfile.read_text()))
     text = log.read_text()
     assert "(most recent call first):" in text and 'File "<string>", line 5 in hang' in text, text
+    assert stopped_reason(log, since, 20) == (
+        "no result within 20 s (its group was stopped), while in <string> line 5 (hang); its stack ends logs/check.log"
+    )
+    with log.open("a") as stream:
+        stream.write("\n")
+    assert stopped_reason(log, log.stat().st_size, 20) == (
+        "no result within 20 s (its group was stopped); where it was ends logs/check.log"
+    )
 
 
 def test_the_fake_host_fakes_cuda_when_torch_is_imported_and_leaves_other_processes_alone():
