@@ -493,7 +493,7 @@ def test_the_console_scripts_plan_runs_its_exit_handlers_and_skips_the_teardown(
         "canary = Canary()\n"
         "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
         f"sys.argv = ['ckpt-sweep', 'plan', '--family', 'synthetic', '--preset', 'tiny', '--vram', '1GiB', "
-        f"'--device', 'cpu', '--db', 'sqlite:///{db}', '--out', '{tmp_path}']\n"
+        f"'--device', 'cpu', '--training', 'full', '--db', 'sqlite:///{db}', '--out', '{tmp_path}']\n"  # no PEFT to import
         "cli.main()\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
