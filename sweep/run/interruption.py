@@ -1,6 +1,7 @@
-"""Ctrl-C and SIGTERM during a sweep: the running cell's child is killed (nothing of it is recorded:
-each cell is written in one transaction, after it ended), the fork server is stopped, the progress
-bar is put away, one line says what to do, and the process exits 130 (SIGINT) or 143 (SIGTERM)."""
+"""Ctrl-C and SIGTERM during a sweep: the running cell's child is stopped (nothing of it is recorded:
+each cell is written in one transaction, after it ended; its stack says where it was, NOTE [ Where a
+cell died ] in sweep/run/stacks.py), the fork server is stopped, the progress bar is put away, one
+line says where the cell was and what to do, and the process exits 130 (SIGINT) or 143 (SIGTERM)."""
 
 from __future__ import annotations
 

@@ -59,6 +59,7 @@ PRELOAD_FOR_BUILDER = {"ckptlib.families.builders": ["ckptlib.families.classes"]
 PRELOAD_FOR_TRAINING = {"lora": ["peft"]}
 _context = None
 preload_failures: dict[str, str] = {}  # what the fork server could not preload (module -> why), once known
+_interrupted_in: str | None = None  # where the cell running when the sweep was interrupted was
 
 
 def preload_modules(builder_module: str, trainings: Collection[str] = TRAINING_MODES) -> list[str]:
@@ -127,6 +128,9 @@ def run_isolated(
             sender.close()
             stack.handed_over()
             result = _await(child, receiver, timeout_s, on_phase)
+        except BaseException:  # an interrupt (Ctrl-C, SIGTERM): the child says where it was as it stops
+            _stop_saying_where(child, stack)
+            raise
         finally:  # an interrupt lands here too: the child never outlives its parent
             if child.is_alive():
                 child.kill()
@@ -136,6 +140,25 @@ def run_isolated(
             say_where(result, stack)
     result.timings["wall_s"] = time.perf_counter() - started
     return result
+
+
+def _stop_saying_where(child, stack: stacks.StackFile) -> None:
+    """Stop the child of an interrupted sweep as a timed-out one is stopped, and keep where it was
+    for the line the sweep ends with (it got the group's SIGTERM itself, or none: Ctrl-C is ignored
+    in a child, and its parent decides)."""
+    global _interrupted_in
+    with interrupts_held():  # a second Ctrl-C must not cut the grace short
+        if child.is_alive():
+            stop(child)
+    _interrupted_in = stacks.innermost_frame(stack.dumped() or "")
+
+
+def interrupted_in() -> str | None:
+    """Where the cell that an interrupt stopped was (its innermost frame), once: None where no cell
+    ran or it left no stack. A later sweep of this process starts without it."""
+    global _interrupted_in
+    where, _interrupted_in = _interrupted_in, None
+    return where
 
 
 def say_where(result: CellResult, stack: stacks.StackFile) -> None:

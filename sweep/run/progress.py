@@ -56,7 +56,9 @@ def interrupted() -> str:
         active.progress.stop()
     done = sum(active.counts.values())
     total = f" of {active.total}" if active.total else ""
-    return f"interrupted after {done}{total} cells; run the same command again to resume"
+    where = isolation.interrupted_in()
+    running = f"; {active.cell} was running, in {where}" if where else ""
+    return f"interrupted after {done}{total} cells{running}; run the same command again to resume"
 
 
 def summary_table(results: list[dict]) -> Table:

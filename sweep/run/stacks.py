@@ -8,8 +8,10 @@ signal handler, which needs no working interpreter) and on SIGTERM (every thread
 action ends it). The parent stops a child at its time limit with SIGTERM and kills it only if it
 outlives TERMINATE_GRACE_S; it records the dump as the cell's traceback and the innermost frame in
 the reason. A child killed outright (SIGKILL: the host's OOM killer, a lost worker) writes nothing,
-and its reason stays how it ended. An acceptance check's process does the same into its log
-(sweep/acceptance: a check that hangs on its first GPU says where).
+and its reason stays how it ended. A sweep interrupted while a cell runs (Ctrl-C, SIGTERM) records
+nothing of that cell, but stops its child the same way, and the line the sweep ends with says where
+it was (isolation.interrupted_in): a sweep that seemed stuck says where. An acceptance check's
+process does the same into its log (sweep/acceptance: a check that hangs on its first GPU says where).
 """
 
 from __future__ import annotations

@@ -72,3 +72,10 @@ def build(
 
     work.step = faulty_step
     return work
+
+
+def hang_saying_so(progress):
+    """A cell's task that reports a phase, then hangs: an interrupt raised where the parent hears the
+    phase lands mid-cell, with the child surely past installing its stack dump."""
+    progress("hanging")
+    time.sleep(3600)

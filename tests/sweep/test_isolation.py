@@ -3,9 +3,12 @@ CUDA, with Triton installed as on every CUDA image, survives a preload that fail
 children an uninitialised CUDA; exit reasons, and where a dead child was (sweep/run/stacks.py)."""
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import sysconfig
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -230,3 +233,32 @@ def test_a_sweep_training_both_ways_starts_its_fork_server_with_peft(tmp_path, m
     assert set(trainings) == {"full", "lora"}
     assert "peft" in isolation.preload_modules(module, trainings)
     assert "peft" not in isolation.preload_modules(module, {"full"})
+
+
+def test_an_interrupt_mid_cell_stops_the_child_and_the_sweeps_last_line_says_where_it_was(monkeypatch):
+    """Ctrl-C or SIGTERM while a cell runs (here raised where the parent hears the cell's phase): the
+    child is stopped as a timed-out one is, its stack says where it was, and so does the line the
+    sweep ends with (NOTE [ Where a cell died ] in sweep/run/stacks.py), once."""
+    from sweep.run import isolation, progress
+    from tests.support import faulty
+
+    def interrupt(phase):
+        assert phase == "hanging"
+        [child] = multiprocessing.active_children()
+        wchan, deadline = Path(f"/proc/{child.pid}/wchan"), time.monotonic() + 120  # a hang detector
+        while "nanosleep" not in wchan.read_text():  # past sending the phase: in time.sleep
+            assert time.monotonic() < deadline, wchan.read_text()
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        isolation.run_isolated(faulty.hang_saying_so, (), 300, "ckptlib.synthetic", interrupt, ("full",))
+    sleep = 1 + (SUPPORT / "faulty.py").read_text().splitlines().index("    time.sleep(3600)")
+    sweep = progress.SweepCallback()
+    sweep.total, sweep.counts["ok"], sweep.cell = 3, 1, "faulty/hang none q=none full"
+    monkeypatch.setattr(progress, "active", sweep)
+    assert progress.interrupted() == (
+        "interrupted after 1 of 3 cells; faulty/hang none q=none full was running, "
+        f"in support/faulty.py line {sleep} (hang_saying_so); run the same command again to resume"
+    )
+    assert progress.interrupted() == "interrupted after 1 of 3 cells; run the same command again to resume"
