@@ -79,12 +79,41 @@ def fork_server(builder_module: str, trainings: Collection[str] = TRAINING_MODES
     """The fork server, started on first use with what its first cells need preloaded."""
     global _context
     if _context is None:
+        socket_folder_within_reach()
         _context = mp.get_context("forkserver")
         os.environ[PRELOAD_VARIABLE] = ",".join(preload_modules(builder_module, trainings))
         os.environ[STARTER_VARIABLE] = str(os.getpid())
         os.environ[PATH_VARIABLE] = os.pathsep.join(sys.path)
         _context.set_forkserver_preload(["sweep.run.forkserver"])
     return _context
+
+
+# NOTE [ A socket under a long TMPDIR ]: the fork server listens on a Unix socket that multiprocessing
+# makes at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and a socket's path has at most 107 bytes. A SLURM
+# job's TMPDIR (a folder per job, deep in scratch) is often longer than the 71 that leaves: the sweep
+# then could not start ("OSError: AF_UNIX path too long"). Python 3.14 falls back to the system's
+# /tmp there (cpython#132124); before it, multiprocessing's folder is made there first, once.
+SOCKET_PATH_MAX = 107  # sun_path (108 bytes on Linux) less its trailing NUL
+SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+SYSTEM_TEMP_FOLDERS = ("/tmp", "/var/tmp")
+
+
+def socket_folder_within_reach() -> None:
+    """Have multiprocessing make its folder (which holds the fork server's socket) in the system's
+    temporary folder where TMPDIR is too long for a socket's path (NOTE [ A socket under a long TMPDIR ])."""
+    import tempfile
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
+        return
+    base = next((folder for folder in SYSTEM_TEMP_FOLDERS if os.access(folder, os.W_OK | os.X_OK)), None)
+    if base is None:
+        return  # nowhere shorter: multiprocessing says so itself
+    before, tempfile.tempdir = tempfile.tempdir, base
+    try:
+        util.get_temp_dir()  # made now under `base`, kept for this process, removed at its exit
+    finally:
+        tempfile.tempdir = before
 
 
 def start_fork_server(builder_module: str, trainings: Collection[str]) -> None:
