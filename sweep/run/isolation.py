@@ -157,8 +157,9 @@ def run_isolated(
             sender.close()
             stack.handed_over()
             result = _await(child, receiver, timeout_s, on_phase)
-        except BaseException:  # an interrupt (Ctrl-C, SIGTERM): the child says where it was as it stops
-            _stop_saying_where(child, stack)
+        except BaseException as error:
+            if not isinstance(error, Exception):  # an interrupt (Ctrl-C, SIGTERM): the child says where it was
+                _stop_saying_where(child, stack)
             raise
         finally:  # an interrupt lands here too: the child never outlives its parent
             if child.is_alive():

@@ -242,17 +242,25 @@ def test_an_interrupt_mid_cell_stops_the_child_and_the_sweeps_last_line_says_whe
     from sweep.run import isolation, progress
     from tests.support import faulty
 
-    def interrupt(phase):
-        assert phase == "hanging"
-        [child] = multiprocessing.active_children()
-        wchan, deadline = Path(f"/proc/{child.pid}/wchan"), time.monotonic() + 120  # a hang detector
-        while "nanosleep" not in wchan.read_text():  # past sending the phase: in time.sleep
-            assert time.monotonic() < deadline, wchan.read_text()
-            time.sleep(0.01)
-        raise KeyboardInterrupt
+    def raising(error):
+        def on_phase(phase):
+            assert phase == "hanging"
+            [child] = multiprocessing.active_children()
+            wchan, deadline = Path(f"/proc/{child.pid}/wchan"), time.monotonic() + 120  # a hang detector
+            while "nanosleep" not in wchan.read_text():  # past sending the phase: in time.sleep
+                assert time.monotonic() < deadline, wchan.read_text()
+                time.sleep(0.01)
+            raise error
 
+        return on_phase
+
+    with pytest.raises(RuntimeError):  # the harness's own error, not an interrupt: no place is kept
+        isolation.run_isolated(faulty.hang_saying_so, (), 300, "ckptlib.synthetic", raising(RuntimeError()), ("full",))
+    assert isolation.interrupted_in() is None and multiprocessing.active_children() == []
     with pytest.raises(KeyboardInterrupt):
-        isolation.run_isolated(faulty.hang_saying_so, (), 300, "ckptlib.synthetic", interrupt, ("full",))
+        isolation.run_isolated(
+            faulty.hang_saying_so, (), 300, "ckptlib.synthetic", raising(KeyboardInterrupt), ("full",)
+        )
     sleep = 1 + (SUPPORT / "faulty.py").read_text().splitlines().index("    time.sleep(3600)")
     sweep = progress.SweepCallback()
     sweep.total, sweep.counts["ok"], sweep.cell = 3, 1, "faulty/hang none q=none full"
