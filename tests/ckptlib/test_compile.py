@@ -99,9 +99,15 @@ SYNTHETIC_CASES = {
 
 
 # every backend and schedule compiled regionally; under full compilation, one of each backend
-FULL_CASES = ["none", "seg2-stride4-offload-plain", "unsloth", "torch-ffn-offload", "unsloth-ffn"]
+FULL_CASES = {
+    "none": PARTITIONED,  # the model as one graph: kernels no other case shares
+    "seg2-stride4-offload-plain": INDUCTOR,
+    "unsloth": INDUCTOR,
+    "torch-ffn-offload": INDUCTOR,
+    "unsloth-ffn": INDUCTOR,
+}
 CASES = [(mode, "regional", INDUCTOR) for mode in SYNTHETIC_CASES] + [
-    (mode, "full", PARTITIONED if mode == "none" else INDUCTOR) for mode in FULL_CASES
+    (mode, "full", backend) for mode, backend in FULL_CASES.items()
 ]
 
 
